@@ -1,0 +1,45 @@
+"""qcompile: an autotuning compiler service for quantized LLM kernels, built on Apache TVM.
+
+The light entry points are importable without TVM: ``import qcompile`` costs milliseconds, and
+TVM (seconds to import) loads only when a kernel is loaded, built or tuned.
+
+>>> k = qcompile.load("kernels/uniform_b4_g128_k4096_n4096_m1_f32.so")   # doctest: +SKIP
+>>> w = k.prepare(qweight=qweight, scales=scales, qzeros=qzeros)       # doctest: +SKIP
+>>> y = k(x, w)                                                         # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from qcompile.runtime import Kernel
+
+
+def load(path: str) -> Kernel:
+    """Load a kernel exported by ``qcompile build``.
+
+    Parameters
+    ----------
+    path : str
+        Path of the ``<name>.so``; its manifest ``<name>.json`` must sit beside it.
+
+    Returns
+    -------
+    Kernel
+        Callable as ``kernel(x, prepared)``; see :class:`qcompile.runtime.Kernel`.
+
+    Raises
+    ------
+    qcompile.errors.LoadError
+        When the manifest is missing or corrupt, the ``.so`` does not match the sha256 the
+        manifest records, or this host cannot run the target the kernel was built for.
+    """
+    from qcompile.runtime import load_kernel
+
+    return load_kernel(path)
+
+
+__all__ = ["__version__", "load"]

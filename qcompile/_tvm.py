@@ -1,0 +1,63 @@
+"""The one place that imports TVM. Everything else in qcompile, schedules/, targets/ and
+tuning_db/ takes TVM names from here, so that a TVM upgrade (0.27 moved tir -> tirx, s_tir,
+sblock, dict targets) touches one file.
+
+Importing this module costs seconds (TVM, and torch through tvm_ffi); import it inside
+functions from modules that must stay light.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.ir.utils import derived_object
+from tvm.s_tir import Schedule
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
+from tvm.script import tirx as T
+from tvm.target import Target
+
+__all__ = [
+    "T",
+    "Schedule",
+    "Target",
+    "TuningRecord",
+    "Workload",
+    "derived_object",
+    "ms",
+    "normalize_mod",
+    "quiet_meta_schedule",
+    "structural_hash",
+    "target_dict",
+    "tirx",
+    "tvm",
+    "tvm_ffi",
+]
+
+TVM_VERSION: str = tvm.__version__
+TVM_FFI_VERSION: str = getattr(tvm_ffi, "__version__", "unknown")
+
+
+def normalize_mod(func_or_mod) -> tvm.IRModule:
+    """The exact IRModule MetaSchedule stores as a workload: ``{"main": func}``."""
+    return _normalize_mod(func_or_mod)
+
+
+def structural_hash(mod) -> str:
+    """Structural hash of an IRModule as MetaSchedule writes it (a decimal string)."""
+    return str(tvm_ffi.structural_hash(mod))
+
+
+def target_dict(target: Target) -> dict:
+    """A Target as a plain dict (TVM prints targets as canonical JSON)."""
+    return json.loads(str(target))
+
+
+def quiet_meta_schedule() -> None:
+    """Keep MetaSchedule's per-iteration chatter off the console (its work_dir logs keep it)."""
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)

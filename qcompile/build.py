@@ -1,0 +1,127 @@
+"""Build: replay the best tuning record of a workload and export it.
+
+``DIR/<name>.so`` is the kernel; beside it ``<name>.json`` (the manifest), ``<name>.tir.py`` (the
+scheduled TensorIR) and the generated code (``<name>.s`` for CPUs, ``<name>.cu`` for CUDA), so a
+surprising kernel can be read without rebuilding it. The ``.so`` is a cache: the record's trace
+in the database is the truth, and rebuilding gives the same kernel.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import qcompile
+from qcompile import _tvm
+from qcompile.errors import NoRecordError
+from qcompile.kernels import family_of
+from qcompile.kernels.base import KernelSpec
+from qcompile.manifest import sha256_of, write_manifest
+from tuning_db import Storage
+from tuning_db.database import SqlDatabase
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    so_path: Path
+    manifest_path: Path
+    record_id: int
+    tuned_us: float
+
+
+def scheduled_module(mod, record, target) -> _tvm.tvm.IRModule:
+    """Workload ``mod`` with the trace of database ``record`` replayed on it."""
+    tuning_record = _tvm.TuningRecord.from_json(
+        [json.loads(record.trace_json), None, _tvm.target_dict(target),
+         json.loads(record.args_info_json)],
+        _tvm.Workload(mod),
+    )
+    sch = _tvm.Schedule(mod)
+    tuning_record.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch.mod
+
+
+def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | None = None,
+          hw=None) -> BuildResult:
+    """Compile the best record of ``spec`` on ``preset`` into ``out_dir/<name>.so`` + manifest.
+
+    Raises
+    ------
+    NoRecordError
+        The database has no successful record for this spec on this target; the message gives
+        the ``qcompile tune`` command that makes one.
+    """
+    storage = storage or Storage()
+    hw = hw or preset.hardware()
+    target = _tvm.Target(preset.tvm_target(hw))
+    mod = _tvm.normalize_mod(family_of(spec).compute(spec))
+    best = SqlDatabase(storage, target).best(mod)
+    if best is None:
+        raise NoRecordError(
+            f"no tuned record for {spec.name()} on {preset.name} "
+            f"({_target_label(preset, hw)}) in {storage.display_url}; run: qcompile tune "
+            f"{spec_cli_args(spec)} --target {preset.name}"
+        )
+    workload, record = best
+    scheduled = scheduled_module(mod, record, target)
+    lib = _tvm.tvm.compile(scheduled, target=target)
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    name = spec.name()
+    so_path = out / f"{name}.so"
+    tmp = out / f".{name}.{os.getpid()}.so"
+    lib.export_library(str(tmp))
+    tmp.replace(so_path)  # readers never see a half-written library
+    (out / f"{name}.tir.py").write_text(scheduled.script())
+    generated = _write_generated_code(lib, out, name, preset.kind)
+    manifest = write_manifest(so_path, {
+        "name": name,
+        "function": name,
+        "spec": spec.to_dict(),
+        "spec_digest": spec.digest(),
+        "target": {"preset": preset.name, "kind": preset.kind,
+                   "tvm": _tvm.target_dict(target)},
+        "record": {"id": record.id, "digest": record.digest, "mean_us": record.mean_us,
+                   "workload_digest": workload.digest, "database": storage.display_url},
+        "versions": {"qcompile": qcompile.__version__, "tvm": _tvm.TVM_VERSION,
+                     "tvm_ffi": _tvm.TVM_FFI_VERSION},
+        "files": {"so": so_path.name, "tir": f"{name}.tir.py", "generated": generated},
+        "sha256": sha256_of(so_path),
+        "built_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    })
+    return BuildResult(so_path=so_path, manifest_path=manifest, record_id=record.id,
+                       tuned_us=record.mean_us)
+
+
+def _write_generated_code(lib, out: Path, name: str, kind: str) -> str:
+    if kind == "cuda":
+        devices = [m for m in lib.mod.imports if m.kind == "cuda"]
+        path = out / f"{name}.cu"
+        path.write_text(devices[0].inspect_source() if devices else "")
+    else:
+        path = out / f"{name}.s"
+        path.write_text(lib.mod.inspect_source("asm"))
+    return path.name
+
+
+def _target_label(preset, hw) -> str:
+    cores = getattr(hw, "cores", None)
+    if not cores:
+        return preset.name
+    return f"{preset.tvm_target(hw).get('mcpu', preset.name)}, {cores} cores"
+
+
+def spec_cli_args(spec: KernelSpec) -> str:
+    """The ``qcompile tune`` flags that name ``spec`` (for messages that say what to run)."""
+    data = spec.to_dict()
+    args = [f"--family {data.pop('family')}"]
+    if "k" in data and "n" in data:
+        args.append(f"--shape {data.pop('k')}x{data.pop('n')}")
+    renames = {"group_size": "group-size", "m": "batch"}
+    for key, value in data.items():
+        args.append(f"--{renames.get(key, key).replace('_', '-')} {value}")
+    return " ".join(args)

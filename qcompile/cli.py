@@ -1,0 +1,182 @@
+"""The ``qcompile`` command line.
+
+    qcompile targets                               presets, and which this host supports
+    qcompile tune  --target avx2 [spec] [--trials N] [--db URL]
+    qcompile build --target avx2 [spec] [--db URL] --out DIR
+    qcompile db ls [--db URL]
+
+Spec flags: --family (uniform), --bits (4), --group-size (128; -1 = whole column),
+--shape KxN (4096x4096), --batch M (1), --dtype (float32).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+import targets
+from qcompile.errors import QCompileError
+from qcompile.kernels import FAMILIES, get_family
+from qcompile.kernels.base import KernelSpec
+
+DEFAULT_SHAPE = "4096x4096"
+DEFAULT_TRIALS = 64
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"shape must look like KxN (e.g. 4096x11008); got {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("kernel spec")
+    group.add_argument("--family", default="uniform", choices=sorted(FAMILIES),
+                       help="kernel family (default: uniform)")
+    group.add_argument("--bits", type=int, default=4, help="weight bits: 2, 3, 4 or 8 (default 4)")
+    group.add_argument("--group-size", type=int, default=128,
+                       help="rows of K per scale/zero group; -1 = whole column (default 128)")
+    group.add_argument("--shape", type=parse_shape, default=parse_shape(DEFAULT_SHAPE),
+                       metavar="KxN", help=f"in x out features (default {DEFAULT_SHAPE})")
+    group.add_argument("--batch", type=int, default=1, metavar="M",
+                       help="activation rows per call (default 1: GEMV)")
+    group.add_argument("--dtype", default="float32", help="activation dtype (default float32)")
+
+
+def add_db_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", metavar="URL", default=None,
+                        help="SQLAlchemy URL of the tuning database (default: $QCOMPILE_DB, "
+                             "else ~/.cache/qcompile/tuning.sqlite)")
+
+
+def spec_from_args(args: argparse.Namespace) -> KernelSpec:
+    k, n = args.shape
+    family = get_family(args.family)
+    return family.spec_type(k=k, n=n, bits=args.bits, group_size=args.group_size,
+                            m=args.batch, dtype=args.dtype)
+
+
+def _storage(args):
+    from tuning_db import Storage
+
+    return Storage(args.db)
+
+
+def cmd_targets(args: argparse.Namespace) -> int:
+    rows = []
+    for preset in targets.PRESETS.values():
+        supported, reason = preset.host_support()
+        hw = preset.hardware()
+        rows.append({
+            "name": preset.name, "supported": supported, "reason": reason,
+            "description": preset.description, "tvm_target": preset.tvm_target(hw),
+            "hardware": hw.to_dict(),
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        mark = "yes" if row["supported"] else "no "
+        hw = row["hardware"]
+        print(f"{row['name']:8s} host: {mark}  {row['description']}")
+        print(f"{'':8s} tvm target {json.dumps(row['tvm_target'])}")
+        print(f"{'':8s} L1d {hw['l1d_bytes'] >> 10} KiB, L2 {hw['l2_bytes'] >> 10} KiB, "
+              f"L3 {hw['l3_bytes'] >> 20} MiB, {hw['vector_registers']} x {hw['vector_bits']}-bit "
+              f"vector registers, {hw['cores']} cores")
+        print(f"{'':8s} {row['reason']}")
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from qcompile.tune import tune
+
+    spec = spec_from_args(args)
+    preset = targets.get(args.target)
+    summary = tune(spec, preset, trials=args.trials, storage=_storage(args), seed=args.seed,
+                   progress=not args.quiet)
+    print("\n".join(summary.lines()))
+    return 0 if summary.best_us is not None else 1
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from qcompile.build import build
+
+    spec = spec_from_args(args)
+    result = build(spec, targets.get(args.target), args.out, storage=_storage(args))
+    print(f"built {result.so_path} from record {result.record_id} "
+          f"(tuned {result.tuned_us:.1f} us); manifest {result.manifest_path}")
+    return 0
+
+
+def _target_label(target_json: str) -> str:
+    target = json.loads(target_json)
+    detail = target.get("mcpu") or target.get("arch") or ""
+    cores = target.get("num-cores")
+    return " ".join(str(p) for p in (target.get("kind"), detail, f"{cores}c" if cores else "") if p)
+
+
+def cmd_db_ls(args: argparse.Namespace) -> int:
+    storage = _storage(args)
+    summaries = storage.summaries()
+    if not summaries:
+        print(f"no workloads in {storage.display_url}")
+        return 0
+    print(f"{'workload':44s} {'target':28s} {'records':>8s} {'ok':>5s} {'best us':>10s}")
+    for s in summaries:
+        best = f"{s.best_us:10.1f}" if s.best_us is not None else f"{'-':>10s}"
+        print(f"{s.name:44s} {_target_label(s.target_json):28s} {s.records:8d} "
+              f"{s.ok_records:5d} {best}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="qcompile", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("targets", help="list target presets and which this host supports")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_targets)
+
+    p = sub.add_parser("tune", help="tune a kernel spec for a target into the database")
+    p.add_argument("--target", required=True, choices=sorted(targets.PRESETS))
+    add_spec_arguments(p)
+    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS,
+                   help=f"candidates to build and measure (default {DEFAULT_TRIALS})")
+    p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_db_argument(p)
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("build", help="compile the best record into DIR/<name>.so + manifest")
+    p.add_argument("--target", required=True, choices=sorted(targets.PRESETS))
+    add_spec_arguments(p)
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    add_db_argument(p)
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("db", help="inspect the tuning database")
+    db_sub = p.add_subparsers(dest="db_command", required=True)
+    ls = db_sub.add_parser("ls", help="a line per workload: name, target, records, best us")
+    add_db_argument(ls)
+    ls.set_defaults(func=cmd_db_ls)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except QCompileError as error:
+        print(f"qcompile: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("qcompile: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""The errors qcompile raises on purpose. Each message states the rule that was broken and
+the numbers involved, so that a user can fix the input without reading our source."""
+
+
+class QCompileError(Exception):
+    """Base class of every error qcompile raises on purpose."""
+
+
+class SpecError(QCompileError, ValueError):
+    """A kernel spec breaks a rule (a bit width, a shape, a group size)."""
+
+
+class FormatError(QCompileError, ValueError):
+    """Checkpoint tensors do not follow their format (a shape, a dtype, a packed field)."""
+
+
+class NoRecordError(QCompileError, LookupError):
+    """The database holds no successful tuning record for a workload."""
+
+
+class LoadError(QCompileError, RuntimeError):
+    """An exported kernel cannot be loaded here (manifest, checksum, or host support)."""
+
+
+class DatabaseError(QCompileError, RuntimeError):
+    """The tuning database cannot be used (unreachable, corrupt, or a schema mismatch)."""
+
+
+class ArgumentError(QCompileError, ValueError):
+    """A tensor passed to a kernel has the wrong dtype, shape or device."""

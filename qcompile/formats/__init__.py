@@ -1,0 +1,1 @@
+"""Quantized weight formats: bit packing, and each format's pack / unpack / reference math."""

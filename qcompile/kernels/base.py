@@ -1,0 +1,144 @@
+"""What every kernel family provides: a frozen spec (the kernel's identity and cache key), the
+TensorIR compute definition, and the conversion of checkpoint tensors into kernel operands."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+from qcompile.errors import ArgumentError, SpecError
+
+#: Bump to invalidate every stored digest at once (a change in how specs are serialised).
+SPEC_SCHEMA_VERSION = 1
+
+#: The PrimFunc attribute that carries the spec's JSON, so a workload names its own spec.
+SPEC_ATTR = "qcompile.spec"
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Base class of kernel specs: frozen dataclasses validated in ``__post_init__``.
+
+    Subclasses set ``family`` and ``compute_version``; bumping ``compute_version`` whenever the
+    TensorIR changes gives the kernel a new digest, so records tuned for the old TensorIR are
+    never replayed on the new one.
+    """
+
+    family: ClassVar[str] = ""
+    compute_version: ClassVar[int] = 1
+
+    def name(self) -> str:
+        """Readable, unique per spec; used for symbols and file names."""
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec's fields plus its family, JSON-ready."""
+        return {"family": self.family, **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    def digest(self) -> str:
+        """sha256 over the sorted JSON of the fields, the compute version and the schema version."""
+        payload = {
+            "schema": SPEC_SCHEMA_VERSION,
+            "compute_version": self.compute_version,
+            **self.to_dict(),
+        }
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> KernelSpec:
+        data = dict(data)
+        family = data.pop("family", cls.family)
+        if family != cls.family:
+            raise SpecError(f"spec is for family {family!r}, not {cls.family!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"unknown {cls.family} spec fields {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+    def func_attrs(self) -> dict[str, Any]:
+        """PrimFunc attributes every compute definition sets: symbol, noalias, the spec."""
+        return {"global_symbol": self.name(), "tirx.noalias": True, SPEC_ATTR: self.to_json()}
+
+
+@dataclass(frozen=True)
+class PreparedWeights:
+    """Weights converted once into the operands a compiled kernel reads.
+
+    Attributes
+    ----------
+    spec_digest : str
+        Digest of the spec they were prepared for; a kernel refuses weights of another spec.
+    tensors : tuple of torch.Tensor
+        The operands in the kernel's argument order (between the activation and the output);
+        contiguous, 64-byte aligned, on the kernel's device.
+    names : tuple of str
+        The operands' names, for error messages.
+    extras : dict
+        Family-specific data applied outside the compiled kernel (a bias, say).
+    """
+
+    spec_digest: str
+    tensors: tuple
+    names: tuple[str, ...]
+    extras: dict
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors)
+
+
+class KernelFamily:
+    """A kernel family: subclasses implement the four hooks below for their spec type."""
+
+    name: ClassVar[str] = ""
+    spec_type: ClassVar[type[KernelSpec]] = KernelSpec
+
+    def compute(self, spec: KernelSpec):
+        """The TensorIR PrimFunc (attributes from ``spec.func_attrs()``)."""
+        raise NotImplementedError
+
+    def prepare(self, spec: KernelSpec, device: str = "cpu", **tensors) -> PreparedWeights:
+        """Checkpoint tensors -> :class:`PreparedWeights`."""
+        raise NotImplementedError
+
+    def bytes_read(self, spec: KernelSpec) -> int:
+        """Every byte one call must read (weights, scales, activations): the GB/s numerator."""
+        raise NotImplementedError
+
+    def example_tensors(self, spec: KernelSpec, rng: np.random.Generator) -> dict[str, Any]:
+        """Random checkpoint tensors of the right format, for tests and benchmarks."""
+        raise NotImplementedError
+
+    def reference_weight(self, spec: KernelSpec, **tensors) -> np.ndarray:
+        """The dequantized weight W [K, N], float32, from checkpoint tensors."""
+        raise NotImplementedError
+
+    def reference(self, spec: KernelSpec, x: np.ndarray, **tensors) -> np.ndarray:
+        """float64 reference output of ``x`` for checkpoint tensors: dequantize, then matmul."""
+        raise NotImplementedError
+
+    def run(self, spec: KernelSpec, function, x, prepared: PreparedWeights):
+        """Call the compiled ``function`` on ``x`` (torch or numpy) and return a torch tensor."""
+        import torch
+
+        from qcompile import tensors as tensor_checks
+
+        if prepared.spec_digest != spec.digest():
+            raise ArgumentError(
+                f"weights were prepared for another spec (digest {prepared.spec_digest[:12]}); "
+                f"this kernel is {spec.name()} ({spec.digest()[:12]}): prepare them with it"
+            )
+        device = prepared.tensors[0].device if prepared.tensors else torch.device("cpu")
+        x2d, squeeze = tensor_checks.activation(x, rows=spec.m, cols=spec.k, dtype=spec.dtype,
+                                                device=device)
+        y = torch.empty((spec.m, spec.n), dtype=x2d.dtype, device=device)
+        function(x2d, *prepared.tensors, y)
+        return y[0] if squeeze else y

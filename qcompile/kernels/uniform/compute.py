@@ -1,0 +1,123 @@
+"""TensorIR of the uniform family, in QIGen's factorised form (eq. 1 and 2):
+
+    y[m, n] = sum_g s[g, n] * (dot[m, g, n] - z[g, n] * xsum[m, g])
+    dot[m, g, n] = sum_{k in g} x[m, k] * q[k, n]         (codes, never dequantized)
+    xsum[m, g] = sum_{k in g} x[m, k]
+
+so the inner loop is one multiply-add per weight and scales and zero-points are applied once per
+group. With group_size -1 there is one group (eq. 1, the full-column fast path). Scales stay fp16
+and zero-points uint8 (3 bytes per group and column, against 64 of 4-bit codes at g=128): a GEMV
+streams its weights once, so every byte counts.
+
+Field extraction without shifts: for a field j below the top of a 2/4/8-bit word,
+``w & (mask << b*j)`` is the code times 2**(b*j), exact in float32 (a code has at most 8
+significant bits); the factor 2**-(b*j) is folded into x once per call (``scale_x``). The top
+field is a plain
+logical shift. That leaves AND, convert, FMA per vector of weights. 3-bit fields straddle words and
+use the general shift-or-mask decode.
+
+Operands (all compact, row-major):
+
+=========  ========  ==================  =============================================
+name       dtype     shape               content
+=========  ========  ==================  =============================================
+x          float32   [M, K]              activations
+qweight    int32     [K * bits/32, N]    GPTQ codes packed along K (the checkpoint's bits)
+scales     float16   [G, N]              s[g, n], as GPTQ stores them
+zeros      uint8     [G, N]              z[g, n], unpacked once at prepare time
+y          float32   [M, N]              output
+=========  ========  ==================  =============================================
+"""
+
+from __future__ import annotations
+
+from qcompile._tvm import T
+from qcompile.kernels.uniform.spec import UniformSpec
+
+
+def fields_per_word(bits: int) -> int:
+    """Codes decoded per packed unit along K: 32/bits, or 32 for the 3-word 3-bit block."""
+    return 32 if bits == 3 else 32 // bits
+
+
+def field_expr(qweight, k, n, bits: int):
+    """float32 expression for code q[k, n] times ``2**(bits * j)`` (j = k's field in its word).
+
+    Words are read as uint32 so right shifts are logical. For 3 bits, 32 values live in three
+    words as one bit stream; the next word of the same block is always OR-ed in (shifted left by
+    32 - s in two steps, as a shift by 32 is undefined), and its bits land above the mask unless
+    the value straddles. The field scale is 1 for 3 bits and for the top field of a word.
+    """
+    mask = (1 << bits) - 1
+    if bits == 3:
+        base = k // 32 * 3
+        offset = k % 32 * 3
+        word = base + offset // 32
+        shift = T.Cast("uint32", offset % 32)
+        low = T.shift_right(T.Cast("uint32", qweight[word, n]), shift)
+        nxt = T.Cast("uint32", qweight[T.min(word + 1, base + 2), n])
+        high = T.shift_left(T.shift_left(nxt, T.uint32(1)), T.uint32(31) - shift)
+        code = T.bitwise_and(T.bitwise_or(low, high), T.uint32(mask))
+        return T.Cast("float32", T.Cast("int32", code))
+    per_word = 32 // bits
+    j = k % per_word
+    word = T.Cast("uint32", qweight[k // per_word, n])
+    in_place = T.bitwise_and(word, T.shift_left(T.uint32(mask), T.Cast("uint32", j * bits)))
+    top = T.shift_right(word, T.uint32(32 - bits))
+    return T.Cast("float32", T.Cast("int32", T.Select(j == per_word - 1, top, in_place)))
+
+
+def field_scale_expr(k, bits: int):
+    """``2**-(bits * j)`` for k's field j (1 for the top field and for 3 bits), as float32."""
+    if bits == 3:
+        return T.float32(1)
+    per_word = 32 // bits
+    j = k % per_word
+    exponent_bits = T.Cast("int32", 127 - j * bits) * T.int32(1 << 23)  # IEEE-754 2**-(b*j)
+    return T.Select(j == per_word - 1, T.float32(1), T.reinterpret("float32", exponent_bits))
+
+
+def uniform_compute(spec: UniformSpec):
+    """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes)."""
+    M, K, N, G = spec.m, spec.k, spec.n, spec.groups
+    rows, bits, gsize = spec.packed_rows, spec.bits, spec.effective_group_size
+    attrs = spec.func_attrs()
+
+    @T.prim_func(s_tir=True)
+    def uniform_gemm(
+        x: T.Buffer((M, K), "float32"),
+        qweight: T.Buffer((rows, N), "int32"),
+        scales: T.Buffer((G, N), "float16"),
+        zeros: T.Buffer((G, N), "uint8"),
+        y: T.Buffer((M, N), "float32"),
+    ):
+        T.func_attr(attrs)
+        x_field = T.sblock_alloc_buffer((M, K), "float32")
+        x_sum = T.sblock_alloc_buffer((M, G), "float32")
+        dot = T.sblock_alloc_buffer((M, G, N), "float32")
+        for m, k in T.grid(M, K):
+            with T.sblock("scale_x"):
+                vm, vk = T.axis.remap("SS", [m, k])
+                x_field[vm, vk] = x[vm, vk] * field_scale_expr(vk, bits)
+        for m, g, r in T.grid(M, G, gsize):
+            with T.sblock("group_sum"):
+                vm, vg, vr = T.axis.remap("SSR", [m, g, r])
+                with T.init():
+                    x_sum[vm, vg] = T.float32(0)
+                x_sum[vm, vg] = x_sum[vm, vg] + x[vm, vg * gsize + vr]
+        for m, g, n, r in T.grid(M, G, N, gsize):
+            with T.sblock("group_dot"):
+                vm, vg, vn, vr = T.axis.remap("SSSR", [m, g, n, r])
+                with T.init():
+                    dot[vm, vg, vn] = T.float32(0)
+                dot[vm, vg, vn] = dot[vm, vg, vn] + x_field[vm, vg * gsize + vr] * field_expr(
+                    qweight, vg * gsize + vr, vn, bits)
+        for m, n, g in T.grid(M, N, G):
+            with T.sblock("combine"):
+                vm, vn, vg = T.axis.remap("SSR", [m, n, g])
+                with T.init():
+                    y[vm, vn] = T.float32(0)
+                y[vm, vn] = y[vm, vn] + T.Cast("float32", scales[vg, vn]) * (
+                    dot[vm, vg, vn] - T.Cast("float32", zeros[vg, vn]) * x_sum[vm, vg])
+
+    return uniform_gemm

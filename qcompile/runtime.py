@@ -1,0 +1,104 @@
+"""Loading exported kernels and calling them on PyTorch tensors.
+
+Needs only the ``.so``, its manifest and this package: the loader checks the ``.so`` against the
+sha256 its manifest records and asks the target preset whether this host can run it before
+loading anything, so a wrong or foreign file is refused with a message, not a crash.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+import targets
+from qcompile.errors import LoadError
+from qcompile.kernels import family_of, spec_from_dict
+from qcompile.kernels.base import KernelSpec, PreparedWeights
+from qcompile.manifest import Manifest, read_manifest, sha256_of
+
+_DEVICE_OF_KIND = {"cpu": "cpu", "cuda": "cuda"}
+
+
+class Kernel:
+    """A compiled kernel for one spec and target.
+
+    Use :meth:`prepare` once per weight matrix, then call the kernel per activation::
+
+        k = qcompile.load("out/uniform_b4_g128_k4096_n4096_m1_f32.so")
+        w = k.prepare(qweight=qweight, scales=scales, qzeros=qzeros)
+        y = k(x, w)
+    """
+
+    def __init__(self, path: Path, manifest: Manifest, function, spec: KernelSpec, preset) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.spec = spec
+        self.family = family_of(spec)
+        self.preset = preset
+        self.device = _DEVICE_OF_KIND[preset.kind]
+        self._function = function
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.spec.name()!r}, target={self.preset.name!r}, path={str(self.path)!r})"
+
+    def prepare(self, **tensors) -> PreparedWeights:
+        """Convert checkpoint tensors once into the operands this kernel reads.
+
+        For the uniform family: ``qweight`` int32 [K*bits/32, N], ``scales`` fp16/fp32 [G, N],
+        ``qzeros`` int32 [G, N*bits/32] (GPTQ layout, torch or numpy), optional ``g_idx`` and
+        ``zero_convention`` ("v1" default, or "v2").
+        """
+        return self.family.prepare(self.spec, device=self.device, **tensors)
+
+    def __call__(self, x, weights: PreparedWeights):
+        """``y = x @ W``.
+
+        Parameters
+        ----------
+        x : torch.Tensor or numpy.ndarray, shape [K] or [M, K], the spec's dtype
+            On the kernel's device (CPU for llvm targets).
+        weights : PreparedWeights
+            From :meth:`prepare` of a kernel with the same spec.
+
+        Returns
+        -------
+        torch.Tensor (numpy.ndarray if ``x`` was one) of shape [N] or [M, N]
+        """
+        y = self.family.run(self.spec, self._function, x, weights)
+        return y.numpy() if isinstance(x, np.ndarray) else y
+
+
+def load_kernel(path: str | Path) -> Kernel:
+    """See :func:`qcompile.load`."""
+    so_path = Path(path)
+    if not so_path.is_file():
+        raise LoadError(f"no kernel library at {so_path}")
+    manifest = read_manifest(so_path)
+    actual = sha256_of(so_path)
+    if actual != manifest.sha256:
+        raise LoadError(
+            f"{so_path} does not match its manifest: sha256 {actual[:16]}... but the manifest "
+            f"records {manifest.sha256[:16]}...; the file was changed or belongs to another build"
+        )
+    try:
+        preset = targets.get(manifest.preset)
+    except ValueError as error:
+        raise LoadError(f"{so_path} was built for {error}") from None
+    supported, reason = preset.host_support()
+    if not supported:
+        raise LoadError(f"{so_path} was built for target {preset.name!r} ({preset.description}), "
+                        f"which this host cannot run: {reason}")
+    try:
+        spec = spec_from_dict(manifest.spec)
+    except ValueError as error:
+        raise LoadError(f"manifest of {so_path} holds an invalid spec: {error}") from None
+    from qcompile import _tvm
+
+    try:
+        module = _tvm.tvm.runtime.load_module(str(so_path))
+        function = module[manifest.function]
+    except Exception as error:  # TVM raises its own error types for unloadable libraries
+        reason = str(error).strip().splitlines()[-1]
+        raise LoadError(f"TVM could not load {so_path}: {reason}") from None
+    return Kernel(so_path, manifest, function, spec, preset)

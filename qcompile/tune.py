@@ -1,0 +1,116 @@
+"""The tuning driver: one kernel spec on one target, measured by MetaSchedule over our design
+space, every candidate stored in the tuning database."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+
+from qcompile import _tvm
+from qcompile.callbacks import ProgressBar, RecordMeasurements
+from qcompile.kernels import family_of
+from qcompile.kernels.base import KernelSpec
+from qcompile.measure import MeasurePolicy
+from schedules import space_generator
+from tuning_db import Storage
+from tuning_db.database import SqlDatabase
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TuneSummary:
+    """What a tuning run did and found (the CLI prints it)."""
+
+    name: str
+    target: str
+    trials: int
+    failed: int
+    stored: int
+    best_us: float | None
+    gbps: float | None
+    record_id: int | None
+    elapsed_s: float
+    database: str
+
+    def lines(self) -> list[str]:
+        best = f"{self.best_us:.1f} us" if self.best_us is not None else "none (no valid record)"
+        rate = f"{self.gbps:.1f} GB/s effective" if self.gbps is not None else "-"
+        return [
+            f"tuned {self.name} for {self.target}: {self.trials} trials in {self.elapsed_s:.0f} s "
+            f"({self.failed} failed)",
+            f"  best      {best}   {rate}   (record {self.record_id})",
+            f"  stored    {self.stored} records in {self.database}",
+        ]
+
+
+def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None = None,
+         seed: int = 0, hw=None, policy: MeasurePolicy | None = None,
+         progress: bool = True, work_dir: str | None = None) -> TuneSummary:
+    """Tune ``spec`` for ``preset`` with a budget of ``trials`` measured candidates.
+
+    Parameters
+    ----------
+    spec : KernelSpec
+    preset : targets.Preset
+        ``targets.get("avx2")``, ...
+    trials : int
+        Candidates to build and measure (MetaSchedule's ``max_trials_global``).
+    storage : tuning_db.Storage, optional
+        Where records go; default: $QCOMPILE_DB or the SQLite file in the user's cache.
+    seed : int
+        Seeds the search (same seed, same candidates, given the same measurements).
+    hw : hardware model, optional
+        Overrides the preset's host-detected model.
+    policy : MeasurePolicy, optional
+        Build and timing settings.
+    progress : bool
+        Draw a progress bar on stderr.
+    work_dir : str, optional
+        Keeps MetaSchedule's logs there; default: a temporary directory.
+    """
+    if trials <= 0:
+        raise ValueError(f"trials must be positive; got {trials}")
+    _tvm.quiet_meta_schedule()
+    storage = storage or Storage()
+    hw = hw or preset.hardware()
+    target = _tvm.Target(preset.tvm_target(hw))
+    policy = policy or MeasurePolicy(build_workers=getattr(hw, "cores", 2))
+    family = family_of(spec)
+    mod = _tvm.normalize_mod(family.compute(spec))
+    database = SqlDatabase(storage, target)
+    database.register(mod)  # fail here, with our error, before MetaSchedule's FFI wraps it
+    recorder = RecordMeasurements(database)
+    callbacks = [recorder, _tvm.ms.measure_callback.RemoveBuildArtifact(),
+                 _tvm.ms.measure_callback.UpdateCostModel()]
+    bar = None
+    if progress:
+        bar = ProgressBar(trials, recorder, label=f"{spec.name()} @{preset.name}")
+        callbacks.append(bar)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="qcompile-tune-") as scratch:
+        context = _tvm.ms.TuneContext(
+            mod=mod, target=target, space_generator=space_generator(spec, preset.kind, hw),
+            search_strategy="evolutionary", task_name=spec.name(), rand_state=seed,
+            num_threads=getattr(hw, "cores", 2),
+            logger=_tvm.ms.logging.get_logger(f"qcompile.tune.{spec.name()}"),
+        ).clone()
+        _tvm.ms.tune.tune_tasks(
+            tasks=[context], task_weights=[1.0], work_dir=work_dir or scratch,
+            max_trials_global=trials, num_trials_per_iter=min(trials, 16),
+            builder=policy.builder(), runner=policy.runner(), database=database,
+            cost_model="xgb", measure_callbacks=callbacks, task_scheduler="round-robin",
+        )
+    if bar is not None:
+        bar.draw(final=True)
+    best = database.best(mod)
+    best_us = best[1].mean_us if best else None
+    return TuneSummary(
+        name=spec.name(), target=preset.name, trials=recorder.measured, failed=recorder.failed,
+        stored=recorder.stored, best_us=best_us,
+        gbps=family.bytes_read(spec) / (best_us * 1e3) if best_us else None,
+        record_id=best[1].id if best else None, elapsed_s=time.monotonic() - started,
+        database=storage.display_url,
+    )

@@ -1,0 +1,1 @@
+"""Design spaces for CPU (``llvm``) targets, one module per kernel family."""

@@ -1,0 +1,88 @@
+"""CPU target presets: a TVM ``llvm`` target and the ISA numbers that go with it.
+
+Cache sizes and core counts are taken from the host (targets/host.py) unless overridden, so the
+same preset tunes for the machine it runs on; the ISA numbers are fixed per preset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from targets import host
+from targets.hardware import CpuHardware
+
+# Conservative values for when sysfs says nothing (a container without /sys, say).
+_FALLBACK_L1D = 32 << 10
+_FALLBACK_L2 = 1 << 20
+_FALLBACK_L3 = 8 << 20
+
+
+@dataclass(frozen=True)
+class CpuPreset:
+    """An ``llvm`` target for one x86 vector ISA.
+
+    Attributes
+    ----------
+    name : str
+        The preset's name on the command line (``avx2``, ``avx512``).
+    mcpu : str
+        LLVM's CPU name; it selects the instructions LLVM may emit.
+    required_flags : tuple of str
+        /proc/cpuinfo flags the host needs to run code built for ``mcpu``.
+    vector_bits, vector_registers : int
+        Width and count of the ISA's vector registers.
+    """
+
+    name: str
+    mcpu: str
+    description: str
+    required_flags: tuple[str, ...]
+    vector_bits: int
+    vector_registers: int
+    kind: str = "cpu"
+
+    def hardware(self, cores: int | None = None, l1d_bytes: int | None = None,
+                 l2_bytes: int | None = None, l3_bytes: int | None = None) -> CpuHardware:
+        """The hardware model of this host for this ISA; any argument given overrides a probe."""
+        return CpuHardware(
+            l1d_bytes=l1d_bytes or host.cache_bytes(1) or _FALLBACK_L1D,
+            l2_bytes=l2_bytes or host.cache_bytes(2) or _FALLBACK_L2,
+            l3_bytes=l3_bytes or host.cache_bytes(3) or _FALLBACK_L3,
+            vector_registers=self.vector_registers,
+            vector_bits=self.vector_bits,
+            cores=cores or host.usable_cores(),
+        )
+
+    def tvm_target(self, hw: CpuHardware | None = None) -> dict:
+        """The TVM target as a dict (0.27 rejects the old ``"llvm -mcpu=..."`` strings)."""
+        hw = hw or self.hardware()
+        return {"kind": "llvm", "mcpu": self.mcpu, "num-cores": hw.cores}
+
+    def host_support(self) -> tuple[bool, str]:
+        """Whether this host can run code built for the preset, and why not. Never raises."""
+        flags = host.cpu_flags()
+        if not flags:
+            return False, "cannot read /proc/cpuinfo to check the CPU's instruction sets"
+        missing = [flag for flag in self.required_flags if flag not in flags]
+        if missing:
+            return False, f"this CPU ({host.cpu_model()}) lacks {', '.join(missing)}"
+        return True, f"{host.cpu_model()} has {', '.join(self.required_flags)}"
+
+
+AVX2 = CpuPreset(
+    name="avx2",
+    mcpu="core-avx2",
+    description="x86-64 with AVX2 and FMA (Haswell and later, Zen and later)",
+    required_flags=("avx2", "fma"),
+    vector_bits=256,
+    vector_registers=16,
+)
+
+AVX512 = CpuPreset(
+    name="avx512",
+    mcpu="skylake-avx512",
+    description="x86-64 with AVX-512 F/BW/DQ/VL (Skylake-SP and later, Zen 4 and later)",
+    required_flags=("avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"),
+    vector_bits=512,
+    vector_registers=32,
+)

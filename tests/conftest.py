@@ -1,0 +1,74 @@
+"""Shared fixtures: databases over every backend, target presets, fixed-schedule builds."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+import targets
+
+#: The PostgreSQL server the tests use (.ci/run starts it; trust auth, database "test").
+POSTGRES_URL = os.environ.get("QCOMPILE_TEST_POSTGRES",
+                              "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
+
+
+def _postgres_schema_url():
+    """A fresh schema on the test server, and a URL whose connections use it."""
+    from sqlalchemy import create_engine, text
+
+    schema = f"qc_test_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(POSTGRES_URL)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    except Exception as error:
+        engine.dispose()
+        if os.environ.get("QCOMPILE_REQUIRE_POSTGRES"):
+            raise
+        pytest.skip(f"PostgreSQL at {POSTGRES_URL} unavailable: {error}")
+    sep = "&" if "?" in POSTGRES_URL else "?"
+    return engine, schema, f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture(params=["sqlite-memory", "sqlite-file", "postgresql"])
+def db_url(request, tmp_path):
+    """A URL of an empty tuning database, for every backend we support."""
+    if request.param == "sqlite-memory":
+        yield "sqlite://"
+    elif request.param == "sqlite-file":
+        yield f"sqlite:///{tmp_path / 'tuning.sqlite'}"
+    else:
+        from sqlalchemy import text
+
+        engine, schema, url = _postgres_schema_url()
+        yield url
+        with engine.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        engine.dispose()
+
+
+@pytest.fixture
+def avx2():
+    preset = targets.get("avx2")
+    supported, reason = preset.host_support()
+    if not supported:
+        pytest.skip(f"host cannot run avx2 code: {reason}")
+    return preset
+
+
+@pytest.fixture(params=["avx2", "avx512"])
+def cpu_preset(request):
+    preset = targets.get(request.param)
+    supported, reason = preset.host_support()
+    if not supported:
+        pytest.skip(f"host cannot run {request.param} code: {reason}")
+    return preset
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    """Tests never touch the user's cache or database unless they ask for it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("QCOMPILE_DB", raising=False)

@@ -1,0 +1,103 @@
+"""The main job end to end through the command line: tune a small shape, build, load in a fresh
+Python process that has only the .so, its manifest and the qcompile package."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+QCOMPILE = [sys.executable, "-m", "qcompile.cli"]
+SHAPE = "256x256"
+
+
+def run(args, env, check=True):
+    result = subprocess.run(QCOMPILE + args, env=env, capture_output=True, text=True, timeout=900)
+    if check and result.returncode != 0:
+        raise AssertionError(f"qcompile {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+
+def test_tune_build_load_in_a_fresh_process(tmp_path, env, avx2):
+    tuned = run(["tune", "--target", "avx2", "--shape", SHAPE, "--trials", "8", "--quiet"], env)
+    assert "tuned uniform_b4_g128_k256_n256_m1_f32 for avx2: 8 trials" in tuned.stdout
+    assert "GB/s effective" in tuned.stdout and "stored    8 records" in tuned.stdout
+    default_db = tmp_path / "cache" / "qcompile" / "tuning.sqlite"
+    assert default_db.is_file(), "with no --db, records go to the user's cache directory"
+
+    listing = run(["db", "ls"], env).stdout
+    assert "uniform_b4_g128_k256_n256_m1_f32" in listing and "llvm core-avx2" in listing
+
+    out = tmp_path / "kernels"
+    run(["build", "--target", "avx2", "--shape", SHAPE, "--out", str(out)], env)
+    so = out / "uniform_b4_g128_k256_n256_m1_f32.so"
+    manifest = json.loads(so.with_suffix(".json").read_text())
+    assert manifest["target"]["preset"] == "avx2" and manifest["spec"]["k"] == 256
+    assert {p.name for p in out.iterdir()} >= {so.name, so.with_suffix(".json").name,
+                                              "uniform_b4_g128_k256_n256_m1_f32.tir.py",
+                                              "uniform_b4_g128_k256_n256_m1_f32.s"}
+
+    # A fresh process, elsewhere, with the two files only: no database, no cache.
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    for name in (so.name, so.with_suffix(".json").name):
+        (shipped / name).write_bytes((out / name).read_bytes())
+    script = textwrap.dedent(f"""
+        import numpy as np, torch, qcompile
+        from qcompile.formats.gptq import quantize_rtn
+        k = qcompile.load({str(shipped / so.name)!r})
+        rng = np.random.default_rng(0)
+        t = quantize_rtn(rng.standard_normal((256, 256)).astype(np.float32), 4, 128)
+        w = k.prepare(qweight=torch.from_numpy(t.qweight), scales=torch.from_numpy(t.scales),
+                      qzeros=torch.from_numpy(t.qzeros))
+        x = torch.from_numpy(rng.standard_normal(256).astype(np.float32))
+        y = k(x, w).numpy()
+        ref = x.numpy().astype(np.float64) @ t.dequantize().astype(np.float64)
+        print("ERR", np.abs(y - ref).max() / np.abs(ref).max())
+    """)
+    fresh_env = {**env, "XDG_CACHE_HOME": str(tmp_path / "empty-cache")}
+    result = subprocess.run([sys.executable, "-c", script], env=fresh_env, cwd=shipped,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    error = float(result.stdout.split("ERR")[1])
+    assert error < 1e-4
+    assert not (tmp_path / "empty-cache").exists()
+
+
+def test_build_without_record_says_what_to_run(env):
+    result = run(["build", "--target", "avx512", "--shape", "128x128", "--out", "/tmp/x"], env,
+                 check=False)
+    assert result.returncode == 2
+    assert "no tuned record for uniform_b4_g128_k128_n128_m1_f32 on avx512" in result.stderr
+    assert "qcompile tune --family uniform --shape 128x128" in result.stderr
+
+
+def test_bad_spec_flags_fail_with_the_rule(env):
+    result = run(["tune", "--target", "avx2", "--shape", "4000x64"], env, check=False)
+    assert result.returncode == 2
+    assert "K=4000 must be divisible by group_size=128" in result.stderr
+    result = run(["tune", "--target", "avx2", "--shape", "4096"], env, check=False)
+    assert "shape must look like KxN" in result.stderr
+
+
+def test_targets_lists_presets(env):
+    out = run(["targets"], env).stdout
+    assert "avx2" in out and "avx512" in out and "host:" in out
+    rows = json.loads(run(["targets", "--json"], env).stdout)
+    assert {row["name"] for row in rows} == {"avx2", "avx512"}
+    assert all(row["hardware"]["cores"] >= 1 for row in rows)
+
+
+def test_readme_test_command_is_what_ci_runs():
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    ci = (root / ".ci" / "run").read_text()
+    assert "python -m pytest" in readme and "python -m pytest" in ci

@@ -1,0 +1,204 @@
+"""MetaSchedule's database interface over :class:`tuning_db.storage.Storage`.
+
+:class:`SqlDatabase` is a ``PyDatabase``: MetaSchedule's tuner commits workloads and records
+through it, its search strategy seeds from its top-k, and ``compile_tir``/``query_schedule`` read
+the best record back. One instance serves one target: MetaSchedule's ``commit_workload(mod)``
+says nothing of the target, and here a workload is the pair (kernel spec, target).
+
+Lookups respect the target: ``query_tuning_record(mod, target)`` only returns records of the
+workload keyed by that target (MetaSchedule's own databases ignore it, primer G5).
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+
+import qcompile
+from qcompile import _tvm
+from qcompile._tvm import TuningRecord, Workload, derived_object, ms
+from qcompile.errors import DatabaseError
+from qcompile.kernels.base import SPEC_ATTR
+from targets import canonical_json, target_key
+from targets.host import cpu_model, hostname
+from tuning_db.models import STATUS_OK, STATUS_RUN_ERROR
+from tuning_db.storage import Provenance, RecordInfo, Storage, WorkloadInfo
+
+#: MetaSchedule marks failed candidates with this run time; we store a status instead.
+_FAILED_RUN_SECS = 1e9
+
+
+def workload_digest(spec_digest: str, target_key_: str) -> str:
+    """The database key of (kernel spec, target)."""
+    return hashlib.sha256(f"{spec_digest}:{target_key_}".encode()).hexdigest()
+
+
+def record_digest(workload_digest_: str, trace_json: str) -> str:
+    """The database key of a record: its workload and its decisions."""
+    return hashlib.sha256(f"{workload_digest_}:{trace_json}".encode()).hexdigest()
+
+
+def spec_of(mod) -> dict:
+    """The kernel spec a workload's PrimFunc carries in its attributes."""
+    func = mod["main"]
+    text = func.attrs.get(SPEC_ATTR) if func.attrs is not None else None
+    if text is None:
+        raise DatabaseError(
+            f"workload has no {SPEC_ATTR!r} attribute: only qcompile compute definitions "
+            "(qcompile.kernels) can be stored in the tuning database"
+        )
+    return json.loads(str(text))
+
+
+def default_provenance() -> Provenance:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = ""
+    return Provenance(host=hostname(), device_model=cpu_model(), tvm_version=_tvm.TVM_VERSION,
+                      tvm_ffi_version=_tvm.TVM_FFI_VERSION,
+                      qcompile_version=qcompile.__version__, user=user)
+
+
+@derived_object
+class SqlDatabase(ms.database.PyDatabase):
+    """A MetaSchedule database for one target, stored in a :class:`Storage`.
+
+    Parameters
+    ----------
+    storage : Storage
+    target : tvm.target.Target
+        The target this view tunes and answers for.
+    provenance : Provenance, optional
+        Stored on every record committed through this view (host, device, versions, user).
+    """
+
+    def __init__(self, storage: Storage, target, provenance: Provenance | None = None) -> None:
+        super().__init__()
+        self.storage = storage
+        self.target = target
+        self.target_json = canonical_json(_tvm.target_dict(target))
+        self.target_key = target_key(_tvm.target_dict(target))
+        self.provenance = provenance or default_provenance()
+        self._workloads: dict[str, tuple[WorkloadInfo, Workload]] = {}
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def digest_of(self, mod, target=None) -> str:
+        """Workload digest of ``mod`` on ``target`` (default: this view's target)."""
+        key = self.target_key if target is None else target_key(_tvm.target_dict(target))
+        spec = spec_of(mod)
+        from qcompile.kernels import spec_from_dict
+
+        return workload_digest(spec_from_dict(spec).digest(), key)
+
+    def _lookup(self, mod, target=None,
+                create: bool = False) -> tuple[WorkloadInfo, Workload] | None:
+        digest = self.digest_of(mod, target)
+        if digest in self._workloads:
+            return self._workloads[digest]
+        mod_hash = _tvm.structural_hash(mod)
+        if create:
+            workload = Workload(mod)
+            wl_json = workload.as_json()
+            from qcompile.kernels import spec_from_dict
+
+            spec = spec_from_dict(spec_of(mod))
+            info = self.storage.get_or_create_workload(
+                digest=digest, name=spec.name(), family=spec.family, spec_digest=spec.digest(),
+                spec_json=spec.to_json(), target_key=self.target_key,
+                target_json=self.target_json, mod_hash=mod_hash, mod_json=json.dumps(wl_json),
+            )
+        else:
+            info = self.storage.find_workload(digest)
+            if info is None:
+                return None
+            workload = Workload(mod)
+        if info.mod_hash != mod_hash:
+            raise DatabaseError(
+                f"workload {info.name}: its records were tuned on different TensorIR (structural "
+                f"hash {info.mod_hash} != {mod_hash}). The compute definition changed without a "
+                "compute_version bump; bump it so the new kernel gets a fresh workload"
+            )
+        self._workloads[digest] = (info, workload)
+        return info, workload
+
+    def _to_tuning_record(self, record: RecordInfo, workload: Workload) -> TuningRecord:
+        trace = json.loads(record.trace_json)
+        args_info = json.loads(record.args_info_json)
+        run_secs = record.run_secs if record.status == STATUS_OK else None
+        return TuningRecord.from_json(
+            [trace, run_secs, json.loads(record.target_json), args_info], workload
+        )
+
+    def commit_measurement(self, record: TuningRecord, status: str,
+                           error: str | None) -> int | None:
+        """Store one measured candidate with its status (what MetaSchedule's own path lacks)."""
+        info, _ = self._lookup(record.workload.mod, create=True)
+        trace_json, run_secs, target_dict, args_info = record.as_json()
+        trace_text = json.dumps(trace_json, sort_keys=True, separators=(",", ":"))
+        secs = [float(s) for s in run_secs] if status == STATUS_OK else None
+        return self.storage.add_record(
+            workload_id=info.id, digest=record_digest(info.digest, trace_text), status=status,
+            run_secs=secs, trace_json=trace_text, args_info_json=json.dumps(args_info),
+            target_json=canonical_json(target_dict), error=error, provenance=self.provenance,
+        )
+
+    def register(self, mod) -> WorkloadInfo:
+        """Insert-or-get the workload of ``mod`` on this target.
+
+        Plain Python (not a PyDatabase method, which MetaSchedule calls through TVM's FFI and
+        whose exceptions come back as RuntimeError): call it before tuning so that a read-only
+        database or a changed compute definition fails with its own error.
+        """
+        return self._lookup(mod, create=True)[0]
+
+    def best(self, mod, target=None) -> tuple[WorkloadInfo, RecordInfo] | None:
+        """The workload and its fastest successful record on ``target``, or None."""
+        found = self._lookup(mod, target)
+        if found is None:
+            return None
+        records = self.storage.top_records(found[0].id, 1)
+        return (found[0], records[0]) if records else None
+
+    # ---- the PyDatabase interface ----------------------------------------------------------
+
+    def has_workload(self, mod) -> bool:
+        return self._lookup(mod) is not None
+
+    def commit_workload(self, mod) -> Workload:
+        return self._lookup(mod, create=True)[1]
+
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        secs = [float(s) for s in (record.run_secs or [])]
+        failed = not secs or max(secs) >= _FAILED_RUN_SECS
+        if failed:
+            self.commit_measurement(record, STATUS_RUN_ERROR, "failed in MetaSchedule (no message)")
+        else:
+            self.commit_measurement(record, STATUS_OK, None)
+
+    def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        found = self._lookup(workload.mod)
+        if found is None or top_k <= 0:
+            return []
+        info, stored = found
+        return [self._to_tuning_record(r, stored) for r in self.storage.top_records(info.id, top_k)]
+
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        out = []
+        for info in self.storage.workloads(self.target_key):
+            workload = Workload.from_json(json.loads(info.mod_json))
+            out.extend(self._to_tuning_record(r, workload) for r in self.storage.records(info.id))
+        return out
+
+    def query_tuning_record(self, mod, target, workload_name=None) -> TuningRecord | None:
+        found = self._lookup(mod, target)
+        if found is None:
+            return None
+        records = self.storage.top_records(found[0].id, 1)
+        return self._to_tuning_record(records[0], found[1]) if records else None
+
+    def __len__(self) -> int:
+        return sum(self.storage.count_records(info.id)
+                   for info in self.storage.workloads(self.target_key))

@@ -1,0 +1,78 @@
+"""The schema: workloads (a kernel spec on a target) and their measured tuning records.
+
+A workload is keyed by ``digest`` = sha256(spec digest, target key), never by position, so the
+same kernel on the same target is one row in every database, whoever created it. A record is
+keyed by ``digest`` = sha256(workload digest, trace), so committing or importing the same
+measurement twice stores it once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    func,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+#: Record statuses. Only "ok" records have a latency; failures keep their error text.
+STATUS_OK = "ok"
+STATUS_BUILD_ERROR = "build_error"
+STATUS_RUN_ERROR = "run_error"
+STATUSES = (STATUS_OK, STATUS_BUILD_ERROR, STATUS_RUN_ERROR)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class WorkloadRow(Base):
+    __tablename__ = "workloads"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+    name: Mapped[str] = mapped_column(String(200), nullable=False)
+    family: Mapped[str] = mapped_column(String(32), nullable=False)
+    spec_digest: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
+    spec_json: Mapped[str] = mapped_column(Text, nullable=False)
+    target_key: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
+    target_json: Mapped[str] = mapped_column(Text, nullable=False)
+    # MetaSchedule's Workload JSON (structural hash, base64 IRModule): traces replay on it.
+    mod_hash: Mapped[str] = mapped_column(String(40), nullable=False)
+    mod_json: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime, server_default=func.now())
+
+    records: Mapped[list[RecordRow]] = relationship(back_populates="workload")
+
+
+class RecordRow(Base):
+    __tablename__ = "tuning_records"
+    __table_args__ = (Index("ix_records_best", "workload_id", "status", "mean_us"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"), nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    mean_us: Mapped[float | None] = mapped_column(Float, nullable=True)
+    run_secs_json: Mapped[str | None] = mapped_column(Text, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    trace_json: Mapped[str] = mapped_column(Text, nullable=False)
+    args_info_json: Mapped[str] = mapped_column(Text, nullable=False)
+    target_json: Mapped[str] = mapped_column(Text, nullable=False)
+    # Provenance: where and with what the record was measured.
+    host: Mapped[str] = mapped_column(String(255), nullable=False, default="")
+    device_model: Mapped[str] = mapped_column(String(255), nullable=False, default="")
+    tvm_version: Mapped[str] = mapped_column(String(64), nullable=False, default="")
+    tvm_ffi_version: Mapped[str] = mapped_column(String(64), nullable=False, default="")
+    qcompile_version: Mapped[str] = mapped_column(String(64), nullable=False, default="")
+    user: Mapped[str] = mapped_column(String(128), nullable=False, default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime, server_default=func.now())
+
+    workload: Mapped[WorkloadRow] = relationship(back_populates="records")
