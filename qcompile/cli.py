@@ -45,6 +45,8 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--batch", type=int, default=1, metavar="M",
                        help="activation rows per call (default 1: GEMV)")
     group.add_argument("--dtype", default="float32", help="activation dtype (default float32)")
+    for family in FAMILIES.values():
+        family.add_cli_arguments(group)
 
 
 def add_db_argument(parser: argparse.ArgumentParser) -> None:
@@ -55,9 +57,7 @@ def add_db_argument(parser: argparse.ArgumentParser) -> None:
 
 def spec_from_args(args: argparse.Namespace) -> KernelSpec:
     k, n = args.shape
-    family = get_family(args.family)
-    return family.spec_type(k=k, n=n, bits=args.bits, group_size=args.group_size,
-                            m=args.batch, dtype=args.dtype)
+    return get_family(args.family).spec_from_cli(args, k=k, n=n)
 
 
 def _storage(args):

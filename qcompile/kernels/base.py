@@ -96,10 +96,22 @@ class PreparedWeights:
 
 
 class KernelFamily:
-    """A kernel family: subclasses implement the four hooks below for their spec type."""
+    """A kernel family: subclasses implement the hooks below for their spec type."""
 
     name: ClassVar[str] = ""
     spec_type: ClassVar[type[KernelSpec]] = KernelSpec
+
+    def add_cli_arguments(self, group) -> None:
+        """Add this family's own ``qcompile tune/build`` flags to an argparse group.
+
+        The generic flags (--shape, --bits, --group-size, --batch, --dtype) exist already; a
+        family adds only what its spec needs beyond them. Flag names must not collide across
+        families (they share one parser).
+        """
+
+    def spec_from_cli(self, args, *, k: int, n: int) -> KernelSpec:
+        """The spec named by parsed command-line ``args`` (``k``, ``n`` from --shape)."""
+        raise NotImplementedError
 
     def compute(self, spec: KernelSpec):
         """The TensorIR PrimFunc (attributes from ``spec.func_attrs()``)."""

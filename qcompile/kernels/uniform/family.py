@@ -16,6 +16,10 @@ class UniformFamily(KernelFamily):
     name: ClassVar[str] = "uniform"
     spec_type: ClassVar[type] = UniformSpec
 
+    def spec_from_cli(self, args, *, k: int, n: int) -> UniformSpec:
+        return UniformSpec(k=k, n=n, bits=args.bits, group_size=args.group_size, m=args.batch,
+                           dtype=args.dtype)
+
     def compute(self, spec: UniformSpec):
         from qcompile.kernels.uniform.compute import uniform_compute
 
