@@ -28,8 +28,8 @@ from tuning_db.database import SqlDatabase
 class BuildResult:
     so_path: Path
     manifest_path: Path
-    record_id: int
-    tuned_us: float
+    record_id: int | None
+    tuned_us: float | None
 
 
 def scheduled_module(mod, record, target) -> _tvm.tvm.IRModule:
@@ -67,8 +67,37 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
         )
     workload, record = best
     scheduled = scheduled_module(mod, record, target)
-    lib = _tvm.tvm.compile(scheduled, target=target)
+    so_path, manifest = export(spec, preset, target, scheduled, out_dir, {
+        "id": record.id, "digest": record.digest, "mean_us": record.mean_us,
+        "workload_digest": workload.digest, "database": storage.display_url,
+    })
+    return BuildResult(so_path=so_path, manifest_path=manifest, record_id=record.id,
+                       tuned_us=record.mean_us)
 
+
+def build_untuned(spec: KernelSpec, preset, out_dir: str | Path, *, hw=None,
+                  seed: int = 1) -> BuildResult:
+    """Compile ``spec`` from the first sketch of its design space with seeded decisions, no
+    tuning and no database: a correct kernel in about a second, for tests and first runs.
+
+    Its speed is whatever those decisions give; the manifest says ``"untuned": true``.
+    """
+    from schedules import get_design_space
+
+    hw = hw or preset.hardware()
+    target = _tvm.Target(preset.tvm_target(hw))
+    mod = _tvm.normalize_mod(family_of(spec).compute(spec))
+    sketch = get_design_space(spec, preset.kind)(_tvm.Schedule(mod, seed=seed), spec, hw)[0]
+    so_path, manifest = export(spec, preset, target, sketch.mod, out_dir,
+                               {"id": None, "untuned": True, "seed": seed})
+    return BuildResult(so_path=so_path, manifest_path=manifest, record_id=None, tuned_us=None)
+
+
+def export(spec: KernelSpec, preset, target, scheduled, out_dir: str | Path,
+           record: dict) -> tuple[Path, Path]:
+    """Compile a scheduled module and write ``<name>.so``, its manifest, the scheduled TensorIR
+    and the generated code into ``out_dir``; returns the paths of the .so and the manifest."""
+    lib = _tvm.tvm.compile(scheduled, target=target)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = spec.name()
@@ -85,16 +114,14 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
         "spec_digest": spec.digest(),
         "target": {"preset": preset.name, "kind": preset.kind,
                    "tvm": _tvm.target_dict(target)},
-        "record": {"id": record.id, "digest": record.digest, "mean_us": record.mean_us,
-                   "workload_digest": workload.digest, "database": storage.display_url},
+        "record": record,
         "versions": {"qcompile": qcompile.__version__, "tvm": _tvm.TVM_VERSION,
                      "tvm_ffi": _tvm.TVM_FFI_VERSION},
         "files": {"so": so_path.name, "tir": f"{name}.tir.py", "generated": generated},
         "sha256": sha256_of(so_path),
         "built_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     })
-    return BuildResult(so_path=so_path, manifest_path=manifest, record_id=record.id,
-                       tuned_us=record.mean_us)
+    return so_path, manifest
 
 
 def _write_generated_code(lib, out: Path, name: str, kind: str) -> str:

@@ -1,0 +1,156 @@
+"""Tensor-parallel MLPs with act_order weights: the naive algorithm and the TP-aware one.
+
+Megatron sharding: the first layer(s) (up, and gate for a Llama MLP) are column-parallel, the
+second (down) is row-parallel. With act_order, every layer is reordered offline (Algorithm 1):
+``x @ W == x[:, P] @ W[P]``. The row-parallel down layer then wants its input in order P2, so
+
+- the naive algorithm (Algorithm 2) gathers the first layer's output from every rank, permutes
+  it by P2 and takes this rank's chunk: one AllGather per MLP;
+- the TP-aware algorithm (Algorithm 3) permutes the first layer's output columns by P2 offline
+  (``W1[P1, P2]``), so each rank's local output is already the chunk the down layer needs: no
+  AllGather, only the final AllReduce.
+
+Activations commute with column permutations, so a gated MLP permutes gate and up alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from qcompile.formats.gptq import GptqTensors
+from qcompile.tp.shard import permute_columns, reorder, shard_columns, shard_rows
+
+ALGORITHMS = ("naive", "tp_aware")
+
+
+@dataclass(frozen=True)
+class MlpLayers:
+    """One MLP's quantized layers, checkpoint orientation (y = x @ W).
+
+    Attributes
+    ----------
+    up : GptqTensors, [K1, N1]
+    down : GptqTensors, [N1, N2]
+    gate : GptqTensors or None, [K1, N1]
+        Present for a Llama-style MLP: ``down(silu(gate(x)) * up(x))``; absent for the paper's
+        single up/down pair: ``down(up(x))``.
+    """
+
+    up: GptqTensors
+    down: GptqTensors
+    gate: GptqTensors | None = None
+
+    def __post_init__(self) -> None:
+        if self.down.in_features != self.up.out_features:
+            raise ValueError(f"down's K={self.down.in_features} must equal up's "
+                             f"N={self.up.out_features}")
+        if self.gate is not None and (self.gate.in_features, self.gate.out_features) != (
+                self.up.in_features, self.up.out_features):
+            raise ValueError("gate and up must have the same shape")
+
+
+@dataclass(frozen=True)
+class RankShards:
+    """What one rank holds: its shards (reordered, and for TP-aware column-permuted) and the
+    permutations it applies at run time."""
+
+    algorithm: str
+    rank: int
+    size: int
+    up_permutation: np.ndarray          # P1 of up: gathers x
+    gate_permutation: np.ndarray | None  # P1 of gate
+    down_permutation: np.ndarray        # P2: the naive algorithm permutes the gathered output
+    up: GptqTensors
+    gate: GptqTensors | None
+    down: GptqTensors
+
+
+def shard_mlp(layers: MlpLayers, rank: int, size: int, algorithm: str) -> RankShards:
+    """Offline: reorder every layer, permute W1's columns by P2 (TP-aware only), shard."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}; got {algorithm!r}")
+    down_permutation, down = reorder(layers.down)
+
+    def first_layer(layer: GptqTensors) -> tuple[np.ndarray, GptqTensors]:
+        permutation, sequential = reorder(layer)
+        if algorithm == "tp_aware":
+            sequential = permute_columns(sequential, down_permutation)
+        return permutation, shard_columns(sequential, rank, size)
+
+    up_permutation, up = first_layer(layers.up)
+    gate_permutation, gate = first_layer(layers.gate) if layers.gate is not None else (None, None)
+    return RankShards(algorithm=algorithm, rank=rank, size=size, up_permutation=up_permutation,
+                      gate_permutation=gate_permutation, down_permutation=down_permutation,
+                      up=up, gate=gate, down=shard_rows(down, rank, size))
+
+
+class TensorParallelMLP:
+    """One rank's MLP: local GEMMs through ``make_linear`` and torch.distributed collectives.
+
+    Parameters
+    ----------
+    shards : RankShards
+    make_linear : callable
+        ``make_linear(shard: GptqTensors) -> callable(x [M, K] -> [M, N])``: the local GEMM
+        backend (see :mod:`qcompile.tp.local_linear`).
+    group : torch.distributed ProcessGroup, optional
+    """
+
+    def __init__(self, shards: RankShards, make_linear: Callable, group=None) -> None:
+        import torch
+
+        self.shards = shards
+        self.group = group
+        self.up = make_linear(shards.up)
+        self.gate = make_linear(shards.gate) if shards.gate is not None else None
+        self.down = make_linear(shards.down)
+        self._up_index = torch.from_numpy(shards.up_permutation)
+        self._gate_index = (torch.from_numpy(shards.gate_permutation)
+                            if shards.gate_permutation is not None else None)
+        self._down_index = torch.from_numpy(shards.down_permutation)
+
+    def to(self, device) -> TensorParallelMLP:
+        """Move the permutation indices (the shards' backends place their own weights)."""
+        self._up_index = self._up_index.to(device)
+        if self._gate_index is not None:
+            self._gate_index = self._gate_index.to(device)
+        self._down_index = self._down_index.to(device)
+        return self
+
+    def first_layer(self, x):
+        """This rank's first-layer output: [M, N1/size] (columns in P2 order for TP-aware)."""
+        import torch
+
+        hidden = self.up(x.index_select(1, self._up_index).contiguous())
+        if self.gate is not None:
+            gate = self.gate(x.index_select(1, self._gate_index).contiguous())
+            hidden = torch.nn.functional.silu(gate) * hidden
+        return hidden
+
+    def __call__(self, x):
+        """x: [M, K1], the same on every rank -> [M, N2], the same on every rank."""
+        import torch
+        import torch.distributed as dist
+
+        hidden = self.first_layer(x)
+        if self.shards.algorithm == "naive":
+            parts = [torch.empty_like(hidden) for _ in range(self.shards.size)]
+            dist.all_gather(parts, hidden.contiguous(), group=self.group)
+            full = torch.cat(parts, dim=1).index_select(1, self._down_index)
+            hidden = full.chunk(self.shards.size, dim=1)[self.shards.rank].contiguous()
+        out = self.down(hidden)
+        dist.all_reduce(out, op=dist.ReduceOp.SUM, group=self.group)
+        return out
+
+
+def reference_mlp(layers: MlpLayers, x: np.ndarray) -> np.ndarray:
+    """Single-process float64 reference: dequantize every layer, then the MLP."""
+    x = np.asarray(x, dtype=np.float64)
+    hidden = x @ layers.up.dequantize().astype(np.float64)
+    if layers.gate is not None:
+        gate = x @ layers.gate.dequantize().astype(np.float64)
+        hidden = gate / (1 + np.exp(-gate)) * hidden
+    return hidden @ layers.down.dequantize().astype(np.float64)
