@@ -10,6 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+
+from targets.host import usable_cores
+
+# TVM 0.27 sizes its CPU thread pool at half the hardware threads on x86 (it assumes two per
+# core): a 2-vCPU machine gets one thread, and every `parallel` loop runs on one core. Unless the
+# user chose a number, use every core this process may run on. The pool reads the variable when
+# it first starts, and MetaSchedule's runner processes inherit it.
+os.environ.setdefault("TVM_NUM_THREADS", str(usable_cores()))
 
 import tvm
 import tvm_ffi
