@@ -81,14 +81,21 @@ def cmd_targets(args: argparse.Namespace) -> int:
         return 0
     for row in rows:
         mark = "yes" if row["supported"] else "no "
-        hw = row["hardware"]
         print(f"{row['name']:8s} host: {mark}  {row['description']}")
         print(f"{'':8s} tvm target {json.dumps(row['tvm_target'])}")
-        print(f"{'':8s} L1d {hw['l1d_bytes'] >> 10} KiB, L2 {hw['l2_bytes'] >> 10} KiB, "
-              f"L3 {hw['l3_bytes'] >> 20} MiB, {hw['vector_registers']} x {hw['vector_bits']}-bit "
-              f"vector registers, {hw['cores']} cores")
+        print(f"{'':8s} {_hardware_line(row['hardware'])}")
         print(f"{'':8s} {row['reason']}")
     return 0
+
+
+def _hardware_line(hw: dict) -> str:
+    if "arch" in hw:  # a GPU model
+        return (f"{hw['arch']}, {hw['sm_count']} SMs, {hw['shared_memory_per_block_bytes'] >> 10} "
+                f"KiB shared memory per block, L2 {hw['l2_bytes'] >> 20} MiB, "
+                f"{hw['memory_bandwidth_gbps']:.0f} GB/s peak")
+    return (f"L1d {hw['l1d_bytes'] >> 10} KiB, L2 {hw['l2_bytes'] >> 10} KiB, "
+            f"L3 {hw['l3_bytes'] >> 20} MiB, {hw['vector_registers']} x {hw['vector_bits']}-bit "
+            f"vector registers, {hw['cores']} cores")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

@@ -11,10 +11,13 @@ import hashlib
 import json
 
 from targets.cpu import AVX2, AVX512, CpuPreset
+from targets.cuda import CUDA, CUDA_SM80, CUDA_SM89, CUDA_SM90, CudaPreset
 
-Preset = CpuPreset
+Preset = CpuPreset | CudaPreset
 
-PRESETS: dict[str, Preset] = {preset.name: preset for preset in (AVX2, AVX512)}
+PRESETS: dict[str, Preset] = {
+    preset.name: preset for preset in (AVX2, AVX512, CUDA, CUDA_SM80, CUDA_SM89, CUDA_SM90)
+}
 
 
 def get(name: str) -> Preset:

@@ -40,3 +40,41 @@ class CpuHardware:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class GpuHardware:
+    """A CUDA GPU as the GPU design spaces see it.
+
+    Attributes
+    ----------
+    arch : str
+        Compute capability as TVM and nvcc name it ("sm_90").
+    sm_count : int
+        Streaming multiprocessors.
+    shared_memory_per_block_bytes : int
+        Shared memory one thread block may use without the dynamic opt-in (48 KiB on every
+        architecture here); what TVM's ``max_shared_memory_per_block`` checks against.
+    shared_memory_per_sm_bytes : int
+        Shared memory of one SM (what resident blocks share; the opt-in ceiling is a little less).
+    registers_per_block : int
+        32-bit registers one thread block may use.
+    max_threads_per_block, warp_size : int
+    l2_bytes : int
+        L2 cache size.
+    memory_bandwidth_gbps : float
+        Peak DRAM (HBM) bandwidth from the data sheet, GB/s; benchmarks measure the real one.
+    """
+
+    arch: str
+    sm_count: int
+    shared_memory_per_block_bytes: int
+    shared_memory_per_sm_bytes: int
+    registers_per_block: int
+    max_threads_per_block: int
+    warp_size: int
+    l2_bytes: int
+    memory_bandwidth_gbps: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -92,8 +92,10 @@ def test_targets_lists_presets(env):
     out = run(["targets"], env).stdout
     assert "avx2" in out and "avx512" in out and "host:" in out
     rows = json.loads(run(["targets", "--json"], env).stdout)
-    assert {row["name"] for row in rows} == {"avx2", "avx512"}
-    assert all(row["hardware"]["cores"] >= 1 for row in rows)
+    assert {row["name"] for row in rows} == {"avx2", "avx512", "cuda", "sm80", "sm89", "sm90"}
+    assert all(row["hardware"]["cores"] >= 1 for row in rows if row["tvm_target"]["kind"] == "llvm")
+    cuda = next(row for row in rows if row["name"] == "cuda")
+    assert cuda["tvm_target"]["arch"] == "sm_90" and cuda["hardware"]["sm_count"] == 132
 
 
 def test_readme_test_command_is_what_ci_runs():

@@ -40,3 +40,15 @@ def test_host_support_reports_missing_flags(monkeypatch):
     assert not ok and "avx512f" in reason
     ok, _ = targets.get("avx2").host_support()
     assert ok
+
+
+def test_cuda_presets_build_tvm_targets_without_a_gpu():
+    from qcompile import _tvm
+
+    preset = targets.get("cuda")
+    target = _tvm.Target(preset.tvm_target())
+    assert target.kind.name == "cuda" and str(target.attrs["arch"]) == "sm_90"
+    assert target.host.kind.name == "llvm"
+    assert targets.get("sm80").hardware().sm_count == 108
+    ok, reason = preset.host_support()
+    assert isinstance(ok, bool) and reason
