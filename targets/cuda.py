@@ -70,6 +70,19 @@ class CudaPreset:
         return True, "an NVIDIA GPU and its driver are present"
 
 
+def gpu_model() -> str | None:
+    """The model name of this host's first NVIDIA GPU ("NVIDIA H200"), read from the driver's
+    /proc files; None when there is none. Never raises."""
+    try:
+        for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+            for line in info.read_text().splitlines():
+                if line.startswith("Model:"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
 _KIB = 1 << 10
 _MIB = 1 << 20
 
@@ -87,8 +100,12 @@ SM89 = GpuHardware(arch="sm_89", sm_count=142, shared_memory_per_block_bytes=48 
                    max_threads_per_block=1024, warp_size=32, l2_bytes=96 * _MIB,
                    memory_bandwidth_gbps=864.0)
 
+#: The H200: the H100's SM90 die with all 60 MiB of L2 enabled (PyTorch reports 60 MB there;
+#: an H100 SXM enables 50) and 4.8 TB/s of HBM3e.
+H200 = replace(SM90, l2_bytes=60 * _MIB)
+
 CUDA = CudaPreset(name="cuda", description="NVIDIA H200 (sm_90, 141 GB HBM3e): the measured "
-                  "reference GPU", gpu=SM90)
+                  "reference GPU", gpu=H200)
 CUDA_SM90 = CudaPreset(name="sm90", description="NVIDIA Hopper (H100 SXM; sm_90)",
                        gpu=replace(SM90, memory_bandwidth_gbps=3350.0))
 CUDA_SM80 = CudaPreset(name="sm80", description="NVIDIA Ampere (A100 80 GB; sm_80)", gpu=SM80)

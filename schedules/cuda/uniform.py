@@ -192,6 +192,36 @@ def sketches_for(spec: UniformSpec, hw: GpuHardware) -> list:
     return [fn for name, fn in SKETCHES.items() if name != "x_block" or x_block_fits(spec, hw)]
 
 
+def heuristic_knobs(spec: UniformSpec, hw: GpuHardware) -> tuple[str, dict[str, int]]:
+    """A sketch and knob values that are valid and reasonable without tuning (build_untuned).
+
+    128-thread blocks; K lanes raised until the grid has 512 threads per SM (a quarter of what
+    an SM holds: enough loads in flight with ``load_words`` 128-bit loads each), or the lanes
+    run out; rows split over more thread groups past M = 4 to keep the accumulators in
+    registers.
+    """
+    cands = knob_candidates(spec)
+    n_vecs = 1
+    columns = spec.n // (vector_width(spec) * n_vecs)
+    for k_lanes in cands["k_lanes"]:
+        if columns * k_lanes >= hw.sm_count * 512:
+            break
+    n_lanes = max([v for v in cands["n_lanes"] if v * k_lanes <= 128] or [cands["n_lanes"][0]])
+    m_lanes = max(v for v in cands["m_lanes"] if v <= max(1, spec.m // 4))
+    knobs = {"k_lanes": k_lanes, "n_lanes": n_lanes, "n_vecs": n_vecs, "m_lanes": m_lanes,
+             "load_words": max(v for v in cands["load_words"] if v <= 8), "unroll": 64}
+    if x_block_fits(spec, hw):
+        return "x_block", knobs
+    chunk = spec.m * k_lanes * spec.effective_group_size * 4
+    return ("x_chunk" if chunk <= hw.shared_memory_per_block_bytes else "x_registers"), knobs
+
+
+def heuristic_schedule(sch: Schedule, spec: UniformSpec, hw: GpuHardware) -> Schedule:
+    """The schedule of :func:`heuristic_knobs` (a valid kernel without tuning)."""
+    sketch, knobs = heuristic_knobs(spec, hw)
+    return SKETCHES[sketch](sch, spec, hw, knobs)
+
+
 def design_space(sch: Schedule, spec: UniformSpec, hw: GpuHardware) -> list[Schedule]:
     """Every applicable sketch on a copy of ``sch``, its knobs left as sampled decisions."""
     return [sketch(sch.copy(), spec, hw) for sketch in sketches_for(spec, hw)]
