@@ -309,22 +309,37 @@ def emulate(scheduled_mod, target) -> EmulatedKernel:
     return compile_emulated(devices[0].inspect_source(), launch_extents(scheduled_mod))
 
 
-def ptxas_report(cuda_source: str, arch: str = "sm_90") -> dict[str, int] | None:
-    """Registers, spill bytes and shared memory ptxas reports for the kernel, or None when no
-    ``nvcc`` is installed. Raises ``RuntimeError`` when nvcc rejects the source."""
+def _nvcc(cuda_source: str, arch: str, output: str, *extra: str) -> tuple[str, str] | None:
+    """Run nvcc on the source; (what it wrote, its messages), or None without nvcc."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return None
-    with tempfile.TemporaryDirectory(prefix="qcompile-ptxas-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="qcompile-nvcc-") as tmp:
         src = Path(tmp) / "kernel.cu"
         src.write_text(cuda_source)
+        out = Path(tmp) / f"kernel.{output}"
         result = subprocess.run(
-            [nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-diag-suppress", "177,550",
-             "-o", str(Path(tmp) / "kernel.cubin"), str(src)],
-            capture_output=True, text=True)
-    if result.returncode:
-        raise RuntimeError(f"nvcc rejected the generated CUDA:\n{result.stderr[-4000:]}")
-    report = result.stdout + result.stderr
+            [nvcc, f"-arch={arch}", f"-{output}", *extra, "-diag-suppress", "177,550",
+             "-o", str(out), str(src)], capture_output=True, text=True)
+        if result.returncode:
+            raise RuntimeError(f"nvcc rejected the generated CUDA:\n{result.stderr[-4000:]}")
+        text = out.read_text(errors="replace") if output == "ptx" else ""
+    return text, result.stdout + result.stderr
+
+
+def ptx(cuda_source: str, arch: str = "sm_90") -> str | None:
+    """The PTX nvcc generates for the kernel, or None when no ``nvcc`` is installed."""
+    result = _nvcc(cuda_source, arch, "ptx")
+    return None if result is None else result[0]
+
+
+def ptxas_report(cuda_source: str, arch: str = "sm_90") -> dict[str, int] | None:
+    """Registers, spill bytes and shared memory ptxas reports for the kernel, or None when no
+    ``nvcc`` is installed. Raises ``RuntimeError`` when nvcc rejects the source."""
+    result = _nvcc(cuda_source, arch, "cubin", "-Xptxas", "-v")
+    if result is None:
+        return None
+    report = result[1]
 
     def number(pattern: str) -> int:
         found = re.search(pattern, report)
