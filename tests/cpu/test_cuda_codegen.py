@@ -28,7 +28,7 @@ TARGET = _tvm.Target(PRESET.tvm_target())
 
 def schedule(spec, sketch, knobs):
     mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
-    return uniform.SKETCHES[sketch](_tvm.Schedule(mod), spec, HW, knobs)
+    return uniform.sketch(_tvm.Schedule(mod), spec, HW, sketch, knobs)
 
 
 def cuda_source(sch) -> str:
@@ -64,33 +64,37 @@ def relative_error(y, ref) -> float:
 
 KNOBS = dict(k_lanes=4, n_lanes=8, n_vecs=1, m_lanes=1, load_words=2, unroll=64)
 
-CASES = [  # (sketch, bits, group_size, m, n, knob overrides)
-    ("x_block", 4, 64, 1, 256, {}),
-    ("x_chunk", 4, 64, 4, 256, dict(n_lanes=4, n_vecs=2, m_lanes=2, load_words=1)),
-    ("x_registers", 4, 128, 3, 256, dict(k_lanes=2, n_lanes=16, load_words=4)),
-    ("x_chunk", 2, 128, 2, 256, {}),
-    ("x_block", 3, 128, 1, 256, dict(k_lanes=2)),
-    ("x_registers", 8, -1, 2, 256, dict(k_lanes=1, n_lanes=32)),
-    ("x_chunk", 4, 32, 2, 264, dict(k_lanes=8, n_lanes=1, n_vecs=2)),  # N = 8 * 33
+CASES = [  # (sketch, bits, group_size, m, k, n, knob overrides)
+    ("x_block", 4, 64, 1, 512, 256, {}),
+    ("x_chunk", 4, 64, 4, 512, 256, dict(n_lanes=4, n_vecs=2, m_lanes=2, load_words=1)),
+    ("x_registers", 4, 128, 3, 1024, 256, dict(k_lanes=2, n_lanes=16, load_words=4)),
+    ("x_chunk", 2, 128, 2, 1024, 256, {}),
+    ("x_block", 3, 128, 1, 1024, 256, dict(k_lanes=2)),
+    ("x_chunk", 4, 32, 2, 512, 264, dict(k_lanes=8, n_lanes=1, n_vecs=2)),  # N = 8 * 33
+    ("x_registers", 8, -1, 2, 512, 256, dict(k_lanes=8, n_lanes=4)),       # word_lanes
+    ("x_block", 4, -1, 3, 512, 256, dict(k_lanes=16, n_lanes=2, load_words=1)),  # word_lanes
+    ("x_block", 4, 256, 4, 512, 256, dict(k_lanes=4, m_lanes=2, load_words=1)),  # G = 2
 ]
 
 
-@pytest.mark.parametrize("sketch,bits,group_size,m,n,overrides", CASES,
-                         ids=[f"{c[0]}-b{c[1]}-g{c[2]}-m{c[3]}-n{c[4]}" for c in CASES])
-def test_emulated_kernel_matches_reference(sketch, bits, group_size, m, n, overrides):
-    spec = UniformSpec(k=512, n=n, bits=bits, group_size=group_size, m=m)
+@pytest.mark.parametrize("sketch,bits,group_size,m,k,n,overrides", CASES,
+                         ids=[f"{c[0]}-b{c[1]}-g{c[2]}-m{c[3]}-k{c[4]}-n{c[5]}" for c in CASES])
+def test_emulated_kernel_matches_reference(sketch, bits, group_size, m, k, n, overrides):
+    spec = UniformSpec(k=k, n=n, bits=bits, group_size=group_size, m=m)
+    assert uniform.layout_for(spec) == ("word_lanes" if spec.groups < 8 else "group_lanes")
     sch = schedule(spec, sketch, {**KNOBS, **overrides})
     y, ref = run_emulated(spec, sch, seed=bits * 100 + m)
     assert relative_error(y, ref) < 1e-5
 
 
+@pytest.mark.parametrize("group_size", [64, -1], ids=["group_lanes", "word_lanes"])
 @pytest.mark.parametrize("dtype,tolerance", [("float16", 2e-3), ("bfloat16", 1e-2)])
-def test_16_bit_activations_cast_in_and_out(monkeypatch, dtype, tolerance):
+def test_16_bit_activations_cast_in_and_out(monkeypatch, dtype, tolerance, group_size):
     # The spec admits 16-bit dtypes once the uniform family's dtype work lands; the CUDA compute
     # and design space already handle them (x cast to float32 inside, y cast back on store).
     monkeypatch.setattr(spec_module, "ACTIVATION_DTYPES", ("float32", "float16", "bfloat16"))
-    spec = UniformSpec(k=512, n=256, bits=4, group_size=64, m=2, dtype=dtype)
-    sch = schedule(spec, "x_chunk", KNOBS)
+    spec = UniformSpec(k=512, n=256, bits=4, group_size=group_size, m=2, dtype=dtype)
+    sch = schedule(spec, "x_registers", KNOBS)
     assert "store" in sch.mod.script()
     y, ref = run_emulated(spec, sch, seed=7)
     assert relative_error(y, ref) < tolerance
@@ -130,14 +134,19 @@ def test_generated_cuda_has_the_intended_structure():
     assert "float4 v_ = *(float4*)(x_ptr" in shared       # x staged with 128-bit copies
 
 
-@pytest.mark.parametrize("m", [1, 16])
-def test_ptxas_accepts_heuristic_kernels_without_spills(m):
-    spec = UniformSpec(k=8192, n=28672, bits=4, group_size=128, m=m)
+@pytest.mark.parametrize("bits,group_size,m", [
+    (4, 128, 1), (4, 128, 16), (2, 128, 4), (3, 128, 4), (3, 128, 16), (8, 128, 16), (4, -1, 4),
+])
+def test_ptxas_accepts_heuristic_kernels_without_spills(bits, group_size, m):
+    # Registers only: a register array indexed by a loop that is not unrolled would go to local
+    # memory (stack bytes), as would accumulators too many for the register file (spills).
+    spec = UniformSpec(k=8192, n=28672, bits=bits, group_size=group_size, m=m)
     mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
     source = cuda_source(uniform.heuristic_schedule(_tvm.Schedule(mod), spec, HW))
     report = ptxas_report(source, arch=HW.arch)
     if report is None:
         pytest.skip("nvcc is not installed: ptxas cannot report registers")
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0
+    assert report["stack_bytes"] == 0
     assert report["registers"] <= 255
     assert report["shared_bytes"] <= HW.shared_memory_per_block_bytes

@@ -28,9 +28,12 @@ def _mod(spec):
 
 
 def _traces() -> str:
-    spec = UniformSpec(k=256, n=128, bits=4, group_size=64, m=2)
-    spaces = uniform.design_space(_tvm.Schedule(_mod(spec), seed=1), spec, HW)
-    return "\n\n".join(f"# sketch {i}\n{s.trace}" for i, s in enumerate(spaces)) + "\n"
+    text = []
+    for spec in (UniformSpec(k=512, n=128, bits=4, group_size=64, m=2),       # group_lanes
+                 UniformSpec(k=512, n=128, bits=4, group_size=-1, m=2)):      # word_lanes
+        spaces = uniform.design_space(_tvm.Schedule(_mod(spec), seed=1), spec, HW)
+        text += [f"# {spec.name()} sketch {i}\n{s.trace}" for i, s in enumerate(spaces)]
+    return "\n\n".join(text) + "\n"
 
 
 def test_design_space_matches_golden():
@@ -58,8 +61,12 @@ def test_candidates_divide_their_loops(shape, bits, group_size, m):
     cands = uniform.knob_candidates(spec)
     vec = uniform.vector_width(spec)
     assert spec.n % vec == 0 and vec == (4 if spec.n % 4 == 0 else 2)
+    units = uniform.packed_units_per_group(spec)
     for k_lanes in cands["k_lanes"]:
-        assert spec.groups % k_lanes == 0
+        if uniform.layout_for(spec) == "group_lanes":
+            assert spec.groups % k_lanes == 0
+        else:
+            assert all(units % (k_lanes * v) == 0 for v in cands["load_words"])
     for n_lanes in cands["n_lanes"]:
         for n_vecs in cands["n_vecs"]:
             assert spec.n % (n_lanes * n_vecs * vec) == 0
@@ -85,20 +92,23 @@ def test_heuristic_knobs_fit_the_gpu(shape, m):
 def test_x_block_only_when_x_fits():
     small = UniformSpec(k=8192, n=4096, m=1)       # 32 KiB of x
     large = UniformSpec(k=8192, n=4096, m=2)       # 64 KiB of x
-    assert uniform.x_block in uniform.sketches_for(small, HW)
-    assert uniform.x_block not in uniform.sketches_for(large, HW)
+    assert uniform.sketches_for(small, HW) == ["x_block", "x_chunk", "x_registers"]
+    assert uniform.sketches_for(large, HW) == ["x_chunk", "x_registers"]
+    one_group = UniformSpec(k=8192, n=4096, m=2, group_size=-1)
+    assert uniform.layout_for(one_group) == "word_lanes"
+    assert uniform.sketches_for(one_group, HW) == ["x_registers"]
 
 
 def test_fixed_knob_outside_candidates_is_refused():
-    spec = UniformSpec(k=256, n=128, group_size=64)     # 4 groups: k_lanes 1, 2, 4
+    spec = UniformSpec(k=768, n=128, group_size=64)     # 12 groups: k_lanes 1, 2, 4
     with pytest.raises(SpecError, match=r"knob k_lanes=8 is not a candidate here; "
                                         r"candidates: \[1, 2, 4\]"):
-        uniform.x_chunk(_tvm.Schedule(_mod(spec)), spec, HW, {"k_lanes": 8})
+        uniform.sketch(_tvm.Schedule(_mod(spec)), spec, HW, "x_chunk", {"k_lanes": 8})
 
 
 def test_mutator_moves_one_knob_to_another_candidate():
-    spec = UniformSpec(k=256, n=128, group_size=64, m=2)
-    sch = uniform.x_chunk(_tvm.Schedule(_mod(spec), seed=3), spec, HW)
+    spec = UniformSpec(k=1024, n=128, group_size=64, m=2)
+    sch = uniform.sketch(_tvm.Schedule(_mod(spec), seed=3), spec, HW, "x_chunk")
     before = knobs.categorical_decisions(sch.trace)
     mutator = knobs.MutateCategorical(seed=5)
     for _ in range(10):
