@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, replace
-from pathlib import Path
+from functools import lru_cache
 
 from targets.hardware import GpuHardware
 
@@ -58,29 +58,51 @@ class CudaPreset:
     def host_support(self) -> tuple[bool, str]:
         """Whether this host can run kernels built for the preset, and why not. Never raises.
 
-        Needs the NVIDIA driver (``libcuda.so.1``) and a GPU; the exact model is not checked,
-        since CUDA C built for an older architecture also runs on newer GPUs.
+        Needs the NVIDIA driver (``libcuda.so.1``) and a GPU it can see; the exact model is not
+        checked, since CUDA C built for an older architecture also runs on newer GPUs.
         """
-        if not Path("/proc/driver/nvidia/gpus").is_dir():
-            return False, "no NVIDIA GPU on this host (/proc/driver/nvidia/gpus is absent)"
-        try:
-            ctypes.CDLL("libcuda.so.1")
-        except OSError:
-            return False, "the NVIDIA driver library libcuda.so.1 cannot be loaded"
-        return True, "an NVIDIA GPU and its driver are present"
+        names, reason = driver_gpus()
+        if not names:
+            return False, reason
+        return True, f"the CUDA driver sees {len(names)} GPU(s): {', '.join(names)}"
+
+
+@lru_cache(maxsize=1)
+def driver_gpus() -> tuple[tuple[str, ...], str]:
+    """(names of the GPUs the CUDA driver sees, why none when empty). Never raises.
+
+    Asks the driver API itself (``cuInit``, ``cuDeviceGetCount``, ``cuDeviceGetName``): /proc
+    files are absent in some containers and VMs that do have a GPU.
+    """
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return (), "no NVIDIA driver on this host (libcuda.so.1 cannot be loaded)"
+    try:
+        code = cuda.cuInit(0)
+        if code != 0:
+            return (), f"the CUDA driver sees no usable GPU (cuInit returned error {code})"
+        count = ctypes.c_int(0)
+        if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
+            return (), "the CUDA driver sees no GPU"
+        names = []
+        for ordinal in range(count.value):
+            device = ctypes.c_int(0)
+            name = ctypes.create_string_buffer(256)
+            if (cuda.cuDeviceGet(ctypes.byref(device), ordinal) == 0
+                    and cuda.cuDeviceGetName(name, len(name), device) == 0):
+                names.append(name.value.decode(errors="replace"))
+            else:
+                names.append(f"GPU {ordinal}")
+        return tuple(names), ""
+    except (AttributeError, OSError) as error:  # a driver without these entry points
+        return (), f"the CUDA driver cannot be queried: {error}"
 
 
 def gpu_model() -> str | None:
-    """The model name of this host's first NVIDIA GPU ("NVIDIA H200"), read from the driver's
-    /proc files; None when there is none. Never raises."""
-    try:
-        for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
-            for line in info.read_text().splitlines():
-                if line.startswith("Model:"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        return None
-    return None
+    """The model name of this host's first GPU ("NVIDIA H200"), or None. Never raises."""
+    names, _ = driver_gpus()
+    return names[0] if names else None
 
 
 _KIB = 1 << 10
