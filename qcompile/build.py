@@ -57,7 +57,7 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
     storage = storage or Storage()
     hw = hw or preset.hardware()
     target = _tvm.Target(preset.tvm_target(hw))
-    mod = _tvm.normalize_mod(family_of(spec).compute(spec))
+    mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, preset.kind))
     best = SqlDatabase(storage, target).best(mod)
     if best is None:
         raise NoRecordError(
@@ -77,17 +77,18 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
 
 def build_untuned(spec: KernelSpec, preset, out_dir: str | Path, *, hw=None,
                   seed: int = 1) -> BuildResult:
-    """Compile ``spec`` from the first sketch of its design space with seeded decisions, no
-    tuning and no database: a correct kernel in about a second, for tests and first runs.
+    """Compile ``spec`` without tuning and without a database: the first sketch of its design
+    space with seeded decisions, or the family's heuristic schedule on GPUs (where seeded
+    decisions may break a launch limit). A correct kernel in seconds, for tests and first runs.
 
     Its speed is whatever those decisions give; the manifest says ``"untuned": true``.
     """
-    from schedules import get_design_space
+    from schedules import untuned_schedule
 
     hw = hw or preset.hardware()
     target = _tvm.Target(preset.tvm_target(hw))
-    mod = _tvm.normalize_mod(family_of(spec).compute(spec))
-    sketch = get_design_space(spec, preset.kind)(_tvm.Schedule(mod, seed=seed), spec, hw)[0]
+    mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, preset.kind))
+    sketch = untuned_schedule(_tvm.Schedule(mod, seed=seed), spec, preset.kind, hw)
     so_path, manifest = export(spec, preset, target, sketch.mod, out_dir,
                                {"id": None, "untuned": True, "seed": seed})
     return BuildResult(so_path=so_path, manifest_path=manifest, record_id=None, tuned_us=None)

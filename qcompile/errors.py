@@ -28,3 +28,7 @@ class DatabaseError(QCompileError, RuntimeError):
 
 class ArgumentError(QCompileError, ValueError):
     """A tensor passed to a kernel has the wrong dtype, shape or device."""
+
+
+class TargetUnavailableError(QCompileError, RuntimeError):
+    """This host cannot run the target an operation needs (tuning measures on the target)."""

@@ -42,6 +42,16 @@ class Kernel:
     def __repr__(self) -> str:
         return f"Kernel({self.spec.name()!r}, target={self.preset.name!r}, path={str(self.path)!r})"
 
+    @property
+    def function(self):
+        """The compiled function itself, ``function(x, *prepared.tensors, y)``, with no checks.
+
+        For benchmarks and CUDA-graph capture only: a wrong dtype, shape or device here is a
+        crash or a wrong answer, not an error. ``x`` [M, K] and ``y`` [M, N] of the spec's
+        dtype, on the kernel's device, contiguous and 64-byte aligned.
+        """
+        return self._function
+
     def prepare(self, **tensors) -> PreparedWeights:
         """Convert checkpoint tensors once into the operands this kernel reads.
 

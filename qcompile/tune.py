@@ -6,16 +6,18 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from qcompile import _tvm
 from qcompile.callbacks import ProgressBar, RecordMeasurements
+from qcompile.errors import TargetUnavailableError
 from qcompile.kernels import family_of
 from qcompile.kernels.base import KernelSpec
 from qcompile.measure import MeasurePolicy
 from schedules import space_generator
+from targets.host import usable_cores
 from tuning_db import Storage
-from tuning_db.database import SqlDatabase
+from tuning_db.database import SqlDatabase, default_provenance
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,16 @@ class TuneSummary:
         ]
 
 
+def _provenance(preset):
+    """Who measured: on a GPU target the device model is the GPU's, not the host CPU's."""
+    provenance = default_provenance()
+    if preset.kind == "cuda":
+        from targets.cuda import gpu_model
+
+        provenance = replace(provenance, device_model=gpu_model() or "unknown NVIDIA GPU")
+    return provenance
+
+
 def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None = None,
          seed: int = 0, hw=None, policy: MeasurePolicy | None = None,
          progress: bool = True, work_dir: str | None = None) -> TuneSummary:
@@ -73,14 +85,22 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
     """
     if trials <= 0:
         raise ValueError(f"trials must be positive; got {trials}")
+    if preset.kind == "cuda":
+        supported, reason = preset.host_support()
+        if not supported:
+            raise TargetUnavailableError(
+                f"tuning for {preset.name} measures every candidate on a GPU, and this host "
+                f"cannot run one: {reason}. Tune on a GPU machine (tools/tune_cuda.py) and "
+                f"bring its records here; qcompile build --target {preset.name} needs no GPU")
     _tvm.quiet_meta_schedule()
     storage = storage or Storage()
     hw = hw or preset.hardware()
     target = _tvm.Target(preset.tvm_target(hw))
-    policy = policy or MeasurePolicy(build_workers=getattr(hw, "cores", 2))
+    cores = getattr(hw, "cores", None) or usable_cores()  # a GPU model has no cores: the host's
+    policy = policy or MeasurePolicy(build_workers=cores)
     family = family_of(spec)
-    mod = _tvm.normalize_mod(family.compute(spec))
-    database = SqlDatabase(storage, target)
+    mod = _tvm.normalize_mod(family.compute_for(spec, preset.kind))
+    database = SqlDatabase(storage, target, provenance=_provenance(preset))
     database.register(mod)  # fail here, with our error, before MetaSchedule's FFI wraps it
     recorder = RecordMeasurements(database)
     callbacks = [recorder, _tvm.ms.measure_callback.RemoveBuildArtifact(),
@@ -94,7 +114,7 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
         context = _tvm.ms.TuneContext(
             mod=mod, target=target, space_generator=space_generator(spec, preset.kind, hw),
             search_strategy="evolutionary", task_name=spec.name(), rand_state=seed,
-            num_threads=getattr(hw, "cores", 2),
+            num_threads=cores,
             logger=_tvm.ms.logging.get_logger(f"qcompile.tune.{spec.name()}"),
         ).clone()
         _tvm.ms.tune.tune_tasks(

@@ -12,11 +12,19 @@ from collections.abc import Callable
 from qcompile.errors import SpecError
 from qcompile.kernels.base import KernelSpec
 from schedules.cpu import uniform as cpu_uniform
+from schedules.cuda import uniform as cuda_uniform
 
 DesignSpace = Callable  # (Schedule, spec, hardware) -> list[Schedule]
 
 _SPACES: dict[tuple[str, str], DesignSpace] = {
     ("uniform", "cpu"): cpu_uniform.design_space,
+    ("uniform", "cuda"): cuda_uniform.design_space,
+}
+
+#: A valid, reasonable schedule without tuning, where seeded sampling could pick an invalid one
+#: (GPU spaces: too many threads, too much shared memory). Others use the first sketch, seeded.
+_UNTUNED: dict[tuple[str, str], Callable] = {
+    ("uniform", "cuda"): cuda_uniform.heuristic_schedule,
 }
 
 
@@ -31,6 +39,32 @@ def get_design_space(spec: KernelSpec, target_class: str) -> DesignSpace:
         ) from None
 
 
+def untuned_schedule(sch, spec: KernelSpec, target_class: str, hw):
+    """A schedule of ``spec`` without tuning: the family's heuristic for ``target_class`` if it
+    has one, else the first sketch of its design space with ``sch``'s seeded decisions."""
+    heuristic = _UNTUNED.get((spec.family, target_class))
+    if heuristic is not None:
+        return heuristic(sch, spec, hw)
+    return get_design_space(spec, target_class)(sch, spec, hw)[0]
+
+
+def _search_settings(target_class: str):
+    """(postprocs, mutator probabilities) for our spaces on ``target_class``.
+
+    CPU spaces sample perfect tiles; GPU spaces sample categorical knobs, and a candidate whose
+    launch breaks the GPU's limits (threads, shared memory, registers) is dropped before it is
+    built (VerifyGPUCode).
+    """
+    from qcompile._tvm import ms
+
+    if target_class == "cuda":
+        from schedules.knobs import MutateCategorical
+
+        return ([ms.postproc.DisallowDynamicLoop(), ms.postproc.VerifyGPUCode()],
+                {MutateCategorical(): 1.0})
+    return [ms.postproc.DisallowDynamicLoop()], {ms.mutator.MutateTileSize(): 1.0}
+
+
 def space_generator(spec: KernelSpec, target_class: str, hw):
     """MetaSchedule ``ScheduleFn`` over our design space: only our sampled knobs are tuned."""
     from qcompile._tvm import ms
@@ -40,9 +74,6 @@ def space_generator(spec: KernelSpec, target_class: str, hw):
     def schedule_fn(sch):
         return design_space(sch, spec, hw)
 
+    postprocs, mutators = _search_settings(target_class)
     return ms.space_generator.ScheduleFn(
-        schedule_fn,
-        sch_rules=[],
-        postprocs=[ms.postproc.DisallowDynamicLoop()],
-        mutator_probs={ms.mutator.MutateTileSize(): 1.0},
-    )
+        schedule_fn, sch_rules=[], postprocs=postprocs, mutator_probs=mutators)

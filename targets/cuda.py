@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, replace
-from pathlib import Path
+from functools import lru_cache
 
 from targets.hardware import GpuHardware
 
@@ -58,16 +58,51 @@ class CudaPreset:
     def host_support(self) -> tuple[bool, str]:
         """Whether this host can run kernels built for the preset, and why not. Never raises.
 
-        Needs the NVIDIA driver (``libcuda.so.1``) and a GPU; the exact model is not checked,
-        since CUDA C built for an older architecture also runs on newer GPUs.
+        Needs the NVIDIA driver (``libcuda.so.1``) and a GPU it can see; the exact model is not
+        checked, since CUDA C built for an older architecture also runs on newer GPUs.
         """
-        if not Path("/proc/driver/nvidia/gpus").is_dir():
-            return False, "no NVIDIA GPU on this host (/proc/driver/nvidia/gpus is absent)"
-        try:
-            ctypes.CDLL("libcuda.so.1")
-        except OSError:
-            return False, "the NVIDIA driver library libcuda.so.1 cannot be loaded"
-        return True, "an NVIDIA GPU and its driver are present"
+        names, reason = driver_gpus()
+        if not names:
+            return False, reason
+        return True, f"the CUDA driver sees {len(names)} GPU(s): {', '.join(names)}"
+
+
+@lru_cache(maxsize=1)
+def driver_gpus() -> tuple[tuple[str, ...], str]:
+    """(names of the GPUs the CUDA driver sees, why none when empty). Never raises.
+
+    Asks the driver API itself (``cuInit``, ``cuDeviceGetCount``, ``cuDeviceGetName``): /proc
+    files are absent in some containers and VMs that do have a GPU.
+    """
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return (), "no NVIDIA driver on this host (libcuda.so.1 cannot be loaded)"
+    try:
+        code = cuda.cuInit(0)
+        if code != 0:
+            return (), f"the CUDA driver sees no usable GPU (cuInit returned error {code})"
+        count = ctypes.c_int(0)
+        if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
+            return (), "the CUDA driver sees no GPU"
+        names = []
+        for ordinal in range(count.value):
+            device = ctypes.c_int(0)
+            name = ctypes.create_string_buffer(256)
+            if (cuda.cuDeviceGet(ctypes.byref(device), ordinal) == 0
+                    and cuda.cuDeviceGetName(name, len(name), device) == 0):
+                names.append(name.value.decode(errors="replace"))
+            else:
+                names.append(f"GPU {ordinal}")
+        return tuple(names), ""
+    except (AttributeError, OSError) as error:  # a driver without these entry points
+        return (), f"the CUDA driver cannot be queried: {error}"
+
+
+def gpu_model() -> str | None:
+    """The model name of this host's first GPU ("NVIDIA H200"), or None. Never raises."""
+    names, _ = driver_gpus()
+    return names[0] if names else None
 
 
 _KIB = 1 << 10
@@ -87,8 +122,12 @@ SM89 = GpuHardware(arch="sm_89", sm_count=142, shared_memory_per_block_bytes=48 
                    max_threads_per_block=1024, warp_size=32, l2_bytes=96 * _MIB,
                    memory_bandwidth_gbps=864.0)
 
+#: The H200: the H100's SM90 die with all 60 MiB of L2 enabled (PyTorch reports 60 MB there;
+#: an H100 SXM enables 50) and 4.8 TB/s of HBM3e.
+H200 = replace(SM90, l2_bytes=60 * _MIB)
+
 CUDA = CudaPreset(name="cuda", description="NVIDIA H200 (sm_90, 141 GB HBM3e): the measured "
-                  "reference GPU", gpu=SM90)
+                  "reference GPU", gpu=H200)
 CUDA_SM90 = CudaPreset(name="sm90", description="NVIDIA Hopper (H100 SXM; sm_90)",
                        gpu=replace(SM90, memory_bandwidth_gbps=3350.0))
 CUDA_SM80 = CudaPreset(name="sm80", description="NVIDIA Ampere (A100 80 GB; sm_80)", gpu=SM80)

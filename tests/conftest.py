@@ -72,3 +72,27 @@ def _private_cache(tmp_path, monkeypatch):
     """Tests never touch the user's cache or database unless they ask for it."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("QCOMPILE_DB", raising=False)
+
+
+# ---- CUDA (tests marked `cuda` run only where a GPU is) --------------------------------------
+
+
+def _cuda_skip_reason() -> str | None:
+    supported, reason = targets.get("cuda").host_support()
+    if not supported:
+        return f"needs a CUDA GPU: {reason}"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU: torch sees none (a CPU-only torch build?)"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    cuda_items = [item for item in items if item.get_closest_marker("cuda")]
+    if not cuda_items:
+        return
+    reason = _cuda_skip_reason()
+    if reason is not None:
+        for item in cuda_items:
+            item.add_marker(pytest.mark.skip(reason=reason))

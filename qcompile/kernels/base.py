@@ -117,6 +117,14 @@ class KernelFamily:
         """The TensorIR PrimFunc (attributes from ``spec.func_attrs()``)."""
         raise NotImplementedError
 
+    def compute_for(self, spec: KernelSpec, target_kind: str):
+        """The PrimFunc to tune and build on targets of ``target_kind`` ("cpu", "cuda").
+
+        The default is :meth:`compute` everywhere; a family whose best factorisation differs on
+        GPUs returns another PrimFunc (same operands, same spec attributes) for "cuda".
+        """
+        return self.compute(spec)
+
     def prepare(self, spec: KernelSpec, device: str = "cpu", **tensors) -> PreparedWeights:
         """Checkpoint tensors -> :class:`PreparedWeights`."""
         raise NotImplementedError

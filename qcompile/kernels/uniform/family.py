@@ -25,6 +25,15 @@ class UniformFamily(KernelFamily):
 
         return uniform_compute(spec)
 
+    def compute_for(self, spec: UniformSpec, target_kind: str):
+        """compute.py's QIGen form on CPUs; compute_cuda.py's on GPUs (no int->float converts,
+        no group sums: see that module for why)."""
+        if target_kind == "cuda":
+            from qcompile.kernels.uniform.compute_cuda import uniform_compute_cuda
+
+            return uniform_compute_cuda(spec)
+        return self.compute(spec)
+
     def checkpoint_tensors(self, spec: UniformSpec, *, qweight, scales, qzeros, g_idx=None,
                            zero_convention: str = "v1") -> GptqTensors:
         """Validate GPTQ tensors against ``spec`` (shapes, dtypes, bits, group size)."""

@@ -1,0 +1,354 @@
+"""Run TVM-generated CUDA C on the CPU, to check a GPU schedule's numbers without a GPU.
+
+The kernel source TVM generates (``lib.mod.imports[0].inspect_source()``) is compiled with the
+host C++ compiler against a small prelude that implements what such kernels use: the vector
+and 16-bit float types, ``threadIdx``/``blockIdx``, ``__syncthreads`` (a barrier per block) and
+the warp shuffles (a barrier per warp of 32 threads, as on the GPU). Every CUDA thread of a
+block is an OS thread, so barriers, shared memory and shuffles behave as they do on a GPU;
+blocks run one after another (shared memory is one static array per kernel).
+
+What it checks: the generated index arithmetic, vector loads, shared-memory staging and its
+barriers, the cross-thread reduction TVM lowers to shuffles, the decode arithmetic, in float32
+as the GPU computes it (x86 SSE float32 with FMA contraction off differs from the GPU's fused
+multiply-adds only in rounding). What it cannot: speed, memory coalescing, register pressure
+(ptxas reports those: see :func:`ptxas_report`), and GPU-only intrinsics beyond the ones the
+prelude provides (an unknown one is a compile error here, not a silent difference).
+
+Only small launches are practical (each block starts its threads): tests use shapes of a few
+hundred rows and columns.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+_PRELUDE = r"""
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+#include <algorithm>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) alignas(n)
+using std::max;
+using std::min;
+
+struct dim3 { unsigned x, y, z; };
+thread_local dim3 threadIdx;
+thread_local dim3 blockIdx;
+
+struct half {
+  _Float16 v;
+  half() = default;
+  half(float f) : v((_Float16)f) {}
+  operator float() const { return (float)v; }
+};
+struct nv_bfloat16 {
+  uint16_t bits;
+  nv_bfloat16() = default;
+  nv_bfloat16(float f) {
+    uint32_t u; std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) { bits = 0x7fc0; return; }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    bits = (uint16_t)(u >> 16);
+  }
+  operator float() const {
+    uint32_t u = (uint32_t)bits << 16; float f; std::memcpy(&f, &u, 4); return f;
+  }
+};
+inline float __half2float(half h) { return (float)h; }
+inline half __float2half(float f) { return half(f); }
+inline float __bfloat162float(nv_bfloat16 h) { return (float)h; }
+inline nv_bfloat16 __float2bfloat16(float f) { return nv_bfloat16(f); }
+
+#define QC_VEC2(T, N) struct alignas(sizeof(T) * 2) N##2 { T x, y; }; \
+  inline N##2 make_##N##2(T x, T y) { return N##2{x, y}; }
+#define QC_VEC4(T, N) struct alignas(sizeof(T) * 4) N##4 { T x, y, z, w; }; \
+  inline N##4 make_##N##4(T x, T y, T z, T w) { return N##4{x, y, z, w}; }
+#define QC_VEC(T, N) QC_VEC2(T, N) QC_VEC4(T, N)
+QC_VEC(float, float) QC_VEC(int, int) QC_VEC(unsigned int, uint) QC_VEC(signed char, char)
+QC_VEC(unsigned char, uchar) QC_VEC(short, short) QC_VEC(unsigned short, ushort)
+QC_VEC(half, half) QC_VEC(nv_bfloat16, nv_bfloat16)
+using bfloat164 = nv_bfloat164;
+#define uint unsigned int
+#define uchar unsigned char
+#define ushort unsigned short
+
+namespace qc_emu {
+struct Warp {
+  std::unique_ptr<std::barrier<>> bar;
+  uint64_t slots[32];
+  int size = 0;
+};
+struct Block {
+  std::unique_ptr<std::barrier<>> bar;
+  std::vector<Warp> warps;
+};
+thread_local Block* block = nullptr;
+thread_local Warp* warp = nullptr;
+thread_local int lane = 0;
+
+template <class T> T exchange(T var, int src) {
+  static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
+  uint64_t mine = 0;
+  std::memcpy(&mine, &var, sizeof(T));
+  warp->slots[lane] = mine;
+  warp->bar->arrive_and_wait();
+  T out = var;
+  if (src >= 0 && src < warp->size) std::memcpy(&out, &warp->slots[src], sizeof(T));
+  warp->bar->arrive_and_wait();
+  return out;
+}
+
+template <class F> void run_grid(int gx, int gy, int gz, int bx, int by, int bz, F kernel) {
+  const int threads = bx * by * bz;
+  for (int z = 0; z < gz; ++z)
+    for (int y = 0; y < gy; ++y)
+      for (int x = 0; x < gx; ++x) {
+        Block blk;
+        blk.bar = std::make_unique<std::barrier<>>(threads);
+        blk.warps.resize((threads + 31) / 32);
+        for (size_t w = 0; w < blk.warps.size(); ++w) {
+          blk.warps[w].size = std::min(32, threads - (int)w * 32);
+          blk.warps[w].bar = std::make_unique<std::barrier<>>(blk.warps[w].size);
+        }
+        std::vector<std::thread> pool;
+        pool.reserve(threads);
+        for (int t = 0; t < threads; ++t) {
+          pool.emplace_back([&, t] {
+            threadIdx = dim3{(unsigned)(t % bx), (unsigned)((t / bx) % by),
+                             (unsigned)(t / (bx * by))};
+            blockIdx = dim3{(unsigned)x, (unsigned)y, (unsigned)z};
+            block = &blk;
+            warp = &blk.warps[t / 32];
+            lane = t % 32;
+            kernel();
+          });
+        }
+        for (auto& th : pool) th.join();
+      }
+}
+}  // namespace qc_emu
+
+inline void __syncthreads() { qc_emu::block->bar->arrive_and_wait(); }
+inline unsigned __activemask() {
+  return qc_emu::warp->size == 32 ? 0xffffffffu : ((1u << qc_emu::warp->size) - 1u);
+}
+template <class T> T __shfl_sync(unsigned, T var, int src, int width = 32) {
+  return qc_emu::exchange(var, (qc_emu::lane & ~(width - 1)) + (src % width));
+}
+template <class T> T __shfl_down_sync(unsigned, T var, unsigned delta, int width = 32) {
+  int base = qc_emu::lane & ~(width - 1), src = qc_emu::lane + (int)delta;
+  return qc_emu::exchange(var, src < base + width ? src : -1);
+}
+template <class T> T __shfl_up_sync(unsigned, T var, unsigned delta, int width = 32) {
+  int base = qc_emu::lane & ~(width - 1), src = qc_emu::lane - (int)delta;
+  return qc_emu::exchange(var, src >= base ? src : -1);
+}
+template <class T> T __shfl_xor_sync(unsigned, T var, int mask, int width = 32) {
+  int base = qc_emu::lane & ~(width - 1), src = qc_emu::lane ^ mask;
+  return qc_emu::exchange(var, src >= base && src < base + width ? src : -1);
+}
+"""
+
+_KERNEL = re.compile(
+    r'extern "C" __global__ void (?:__launch_bounds__\(\d+(?:,\s*\d+)?\) )?(\w+)\(([^)]*)\)\s*\{')
+
+_BINDING = re.compile(r'T\.thread_binding\((\d+), thread="([\w.]+)"\)')
+
+_CTYPES = {"float": np.float32, "half": np.float16, "int": np.int32, "uint": np.uint32,
+           "uchar": np.uint8, "char": np.int8, "signed char": np.int8, "short": np.int16,
+           "ushort": np.uint16, "nv_bfloat16": np.uint16}
+
+
+@dataclass(frozen=True)
+class Param:
+    ctype: str
+    name: str
+
+    @property
+    def buffer(self) -> str:
+        """The TIR buffer name (TVM names kernel pointers ``<buffer>_ptr``)."""
+        return self.name.removesuffix("_ptr")
+
+
+class EmulatedKernel:
+    """A CUDA kernel compiled for the CPU; call it with numpy arrays by buffer name."""
+
+    def __init__(self, lib_path: Path, name: str, params: list[Param], grid: tuple[int, int, int],
+                 block: tuple[int, int, int]) -> None:
+        self.name = name
+        self.params = params
+        self.grid = grid
+        self.block = block
+        self._lib = ctypes.CDLL(str(lib_path))
+        self._launch = self._lib.qc_launch
+        self._launch.restype = None
+        self._launch.argtypes = [ctypes.c_int] * 6 + [ctypes.POINTER(ctypes.c_void_p)]
+
+    def __call__(self, **arrays: np.ndarray) -> None:
+        """Launch once; ``arrays`` maps each buffer name to a C-contiguous array (written in
+        place for outputs). bfloat16 buffers are passed as uint16 bit patterns."""
+        missing = [p.buffer for p in self.params if p.buffer not in arrays]
+        if missing:
+            raise ValueError(f"kernel {self.name} needs buffers {missing}")
+        pointers = (ctypes.c_void_p * len(self.params))()
+        for i, param in enumerate(self.params):
+            array = arrays[param.buffer]
+            want = _CTYPES.get(param.ctype)
+            if want is not None and array.dtype != want:
+                raise ValueError(f"buffer {param.buffer} is {param.ctype} in the kernel; "
+                                 f"got a numpy array of {array.dtype}")
+            if not array.flags.c_contiguous or array.ctypes.data % 16:
+                raise ValueError(f"buffer {param.buffer} must be C-contiguous and 16-byte aligned")
+            pointers[i] = array.ctypes.data
+        self._launch(*self.grid, *self.block, pointers)
+
+
+def aligned(array: np.ndarray, alignment: int = 64) -> np.ndarray:
+    """A C-contiguous copy of ``array`` whose data starts on an ``alignment``-byte boundary."""
+    array = np.asarray(array)
+    raw = np.empty(array.nbytes + alignment, dtype=np.uint8)
+    offset = -raw.ctypes.data % alignment
+    out = raw[offset : offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
+
+
+def launch_extents(mod) -> dict[str, int]:
+    """Thread-binding extents of a scheduled module's single kernel: ``{"blockIdx.x": 448, ...}``.
+
+    Read from the module's TVMScript (TVM 0.27 has no Python statement visitor for TIR).
+    Raises ``ValueError`` if one tag is bound with two different extents (two kernels).
+    """
+    extents: dict[str, int] = {}
+    for extent, tag in _BINDING.findall(mod.script()):
+        if extents.setdefault(tag, int(extent)) != int(extent):
+            raise ValueError(f"{tag} is bound with extents {extents[tag]} and {extent}: "
+                             "the emulator runs one kernel")
+    return extents
+
+
+def kernel_source(cuda_source: str) -> tuple[str, str, list[Param]]:
+    """Strip TVM's CUDA prelude; return (kernel code, kernel name, parameters)."""
+    definitions = list(_KERNEL.finditer(cuda_source))
+    if len(definitions) != 1:
+        raise ValueError(f"expected one __global__ kernel definition; found {len(definitions)}")
+    match = definitions[0]
+    start = cuda_source.find('extern "C" __global__')
+    params = []
+    for text in match.group(2).split(","):
+        words = text.replace("__restrict__", " ").replace("*", " * ").split()
+        params.append(Param(ctype=" ".join(w for w in words[:-1] if w != "*"), name=words[-1]))
+        if "*" not in words:
+            raise ValueError(f"kernel parameter {text.strip()!r} is not a pointer")
+    return cuda_source[start:], match.group(1), params
+
+
+def compile_emulated(cuda_source: str, extents: dict[str, int],
+                     cache_dir: str | Path | None = None) -> EmulatedKernel:
+    """Compile generated CUDA C into an :class:`EmulatedKernel` (cached by source hash)."""
+    code, name, params = kernel_source(cuda_source)
+    casts = ", ".join(f"({p.ctype}*)args[{i}]" for i, p in enumerate(params))
+    wrapper = (f'\nextern "C" void qc_launch(int gx, int gy, int gz, int bx, int by, int bz, '
+               f'void** args) {{\n  qc_emu::run_grid(gx, gy, gz, bx, by, bz, [args] {{ '
+               f'{name}({casts}); }});\n}}\n')
+    # `static alignas(n)` is how C++ spells CUDA's `__shared__ alignas(n)`.
+    code = re.sub(r"__shared__\s+(alignas\(\d+\))", r"\1 static", code)
+    text = _PRELUDE + code + wrapper
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    cache = Path(cache_dir or Path(tempfile.gettempdir()) / f"qcompile-cuda-emu-{os.getuid()}")
+    cache.mkdir(parents=True, exist_ok=True)
+    lib = cache / f"{name}-{digest}.so"
+    if not lib.exists():
+        compiler = shutil.which("g++") or shutil.which("c++")
+        if compiler is None:
+            raise RuntimeError("the CUDA emulator needs a C++20 compiler (g++) on PATH")
+        src = cache / f"{name}-{digest}.cpp"
+        src.write_text(text)
+        tmp = lib.with_suffix(f".{os.getpid()}.so")
+        result = subprocess.run(
+            [compiler, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-fno-strict-aliasing",
+             "-ffp-contract=off", "-w", "-o", str(tmp), str(src)],
+            capture_output=True, text=True)
+        if result.returncode:
+            raise RuntimeError(f"emulator build of {name} failed:\n{result.stderr[-4000:]}")
+        tmp.replace(lib)
+    grid = tuple(extents.get(f"blockIdx.{a}", 1) for a in "xyz")
+    block = tuple(extents.get(f"threadIdx.{a}", 1) for a in "xyz")
+    return EmulatedKernel(lib, name, params, grid, block)
+
+
+def emulate(scheduled_mod, target) -> EmulatedKernel:
+    """Build ``scheduled_mod`` for the CUDA ``target`` with TVM and compile its kernel here."""
+    from qcompile import _tvm
+
+    lib = _tvm.tvm.compile(scheduled_mod, target=target)
+    devices = [m for m in lib.mod.imports if m.kind == "cuda"]
+    if not devices:
+        raise ValueError("the module produced no CUDA kernel (is it scheduled and bound?)")
+    return compile_emulated(devices[0].inspect_source(), launch_extents(scheduled_mod))
+
+
+def _nvcc(cuda_source: str, arch: str, output: str, *extra: str) -> tuple[str, str] | None:
+    """Run nvcc on the source; (what it wrote, its messages), or None without nvcc."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="qcompile-nvcc-") as tmp:
+        src = Path(tmp) / "kernel.cu"
+        src.write_text(cuda_source)
+        out = Path(tmp) / f"kernel.{output}"
+        result = subprocess.run(
+            [nvcc, f"-arch={arch}", f"-{output}", *extra, "-diag-suppress", "177,550",
+             "-o", str(out), str(src)], capture_output=True, text=True)
+        if result.returncode:
+            raise RuntimeError(f"nvcc rejected the generated CUDA:\n{result.stderr[-4000:]}")
+        text = out.read_text(errors="replace") if output == "ptx" else ""
+    return text, result.stdout + result.stderr
+
+
+def ptx(cuda_source: str, arch: str = "sm_90") -> str | None:
+    """The PTX nvcc generates for the kernel, or None when no ``nvcc`` is installed."""
+    result = _nvcc(cuda_source, arch, "ptx")
+    return None if result is None else result[0]
+
+
+def ptxas_report(cuda_source: str, arch: str = "sm_90") -> dict[str, int] | None:
+    """Registers, spill bytes and shared memory ptxas reports for the kernel, or None when no
+    ``nvcc`` is installed. Raises ``RuntimeError`` when nvcc rejects the source."""
+    result = _nvcc(cuda_source, arch, "cubin", "-Xptxas", "-v")
+    if result is None:
+        return None
+    report = result[1]
+
+    def number(pattern: str) -> int:
+        found = re.search(pattern, report)
+        return int(found.group(1)) if found else 0
+
+    return {
+        "registers": number(r"Used (\d+) registers"),
+        "spill_stores": number(r"(\d+) bytes spill stores"),
+        "spill_loads": number(r"(\d+) bytes spill loads"),
+        "stack_bytes": number(r"(\d+) bytes stack frame"),
+        "shared_bytes": number(r"(\d+) bytes smem"),
+    }
