@@ -210,6 +210,17 @@ class GptqLayer:
         return y + self.bias if self.bias is not None else y
 
 
+def distinct_specs(layers: dict[str, GptqLayer], m: int = 1,
+                   dtype: str = "float32") -> list[tuple[Any, list[str]]]:
+    """The kernel specs a checkpoint needs for ``m`` rows of ``dtype``, each once, with the
+    layers that share it (act_order layers share the kernel of their shape: the gather is a
+    separate step), in the order of their first layer."""
+    specs: dict[Any, list[str]] = {}
+    for name, layer in layers.items():
+        specs.setdefault(layer.spec(m=m, dtype=dtype), []).append(name)
+    return list(specs.items())
+
+
 def read_config(directory: str | Path) -> QuantizeConfig:
     """The quantization config of a checkpoint directory: ``quantize_config.json``, else
     ``config.json``'s ``quantization_config``."""

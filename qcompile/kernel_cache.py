@@ -64,6 +64,7 @@ class KernelCache:
         self.on_missing = on_missing
         self.tune_trials = tune_trials
         self._kernels: dict[str, object] = {}
+        self._has_record: dict[str, bool] = {}
         self._lock = threading.Lock()
 
     def best_record(self, spec):
@@ -77,7 +78,22 @@ class KernelCache:
         return SqlDatabase(self.storage, target).best(mod)
 
     def has_record(self, spec) -> bool:
-        return spec.digest() in self._kernels or self.best_record(spec) is not None
+        """Whether ``spec`` has a successful record here: a key lookup, no TensorIR built."""
+        if spec.digest() in self._kernels:
+            return True
+        if spec.digest() not in self._has_record:
+            from qcompile import _tvm
+            from targets import target_key
+            from tuning_db.database import workload_digest
+
+            target = _tvm.Target(self.preset.tvm_target(self.preset.hardware()))
+            key = target_key(_tvm.target_dict(target))
+            workload = self.storage.find_workload(workload_digest(spec.digest(), key))
+            found = workload is not None and bool(self.storage.top_records(workload.id, 1))
+            if not found:  # a record may arrive later (tuning elsewhere): ask again then
+                return False
+            self._has_record[spec.digest()] = True
+        return True
 
     def get(self, spec, hint: str = ""):
         """The loaded :class:`~qcompile.runtime.Kernel` for ``spec`` (see ``on_missing``).
@@ -107,8 +123,11 @@ class KernelCache:
                 warnings.warn(f"no tuned record for {spec.name()} on {self.preset.name} in "
                               f"{self.storage.display_url}: running an untuned kernel",
                               stacklevel=3)
-                out = cache_root() / self.preset.name / "untuned"
-                return qcompile.load(str(build_untuned(spec, self.preset, out).so_path))
+                out = cache_root() / self.preset.name / "untuned" / spec.digest()[:24]
+                so_path = out / f"{spec.name()}.so"
+                if not so_path.is_file():
+                    so_path = build_untuned(spec, self.preset, out).so_path
+                return qcompile.load(str(so_path))
             raise NoRecordError(
                 f"no tuned record for {spec.name()} on {self.preset.name} in "
                 f"{self.storage.display_url}; run: qcompile tune {spec_cli_args(spec)} "
