@@ -79,7 +79,8 @@ class QuantLinear(torch.nn.Module):
         self._checkpoint = layer.checkpoint
         base = layer.spec(m=1)
         self._prepared = FAMILY.prepare(base, device="cpu", **layer.kernel_tensors())
-        self._plans: dict[tuple[int, str], int | None] = {}
+        self._plans: dict[tuple[int, str], int] = {}
+        self._runners: dict[tuple[int, str], tuple] = {}
 
     @classmethod
     def from_gptq(cls, layer: GptqLayer, target: str = "avx2", db: str | None = None, *,
@@ -133,13 +134,21 @@ class QuantLinear(torch.nn.Module):
 
     def _kernel_rows(self, rows: torch.Tensor, dtype: str) -> torch.Tensor:
         count = rows.shape[0]
-        m = self._plan(count, dtype)
-        spec = self.spec(m, dtype)
-        kernel = self.kernels.get(spec, self._hint(count))
+        m, kernel, prepared = self._runner(count, dtype)
         if m > count:
             rows = torch.cat([rows, rows.new_zeros((m - count, self.in_features))])
-        prepared = replace(self._prepared, spec_digest=spec.digest())
         return kernel(rows.contiguous(), prepared)[:count]
+
+    def _runner(self, count: int, dtype: str):
+        """(M, kernel, prepared weights) serving ``count`` rows of ``dtype``, resolved once."""
+        runner = self._runners.get((count, dtype))
+        if runner is None:
+            m = self._plan(count, dtype)
+            spec = self.spec(m, dtype)
+            kernel = self.kernels.get(spec, self._hint(count))
+            runner = (m, kernel, replace(self._prepared, spec_digest=spec.digest()))
+            self._runners[(count, dtype)] = runner
+        return runner
 
     def _plan(self, count: int, dtype: str) -> int:
         """The M that serves ``count`` rows: the smallest M >= count with a tuned record, else
