@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -53,15 +54,26 @@ def time_calls(fn, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def side_by_side(functions: dict, rounds: int) -> dict:
-    """Median seconds per call of each function, over ``rounds`` interleaved ~50 ms blocks."""
-    calls = {name: max(3, int(0.05 / max(time_calls(fn, 3), 1e-7)))
+def side_by_side(functions: dict, rounds: int, block_s: float = 0.05) -> dict:
+    """Seconds per call of each function in each of ``rounds`` rounds of interleaved blocks
+    (~``block_s`` each): {name: [per-round seconds]}."""
+    calls = {name: max(3, int(block_s / max(time_calls(fn, 3), 1e-7)))
              for name, fn in functions.items()}
     times = {name: [] for name in functions}
     for _ in range(rounds):
         for name, fn in functions.items():
             times[name].append(time_calls(fn, calls[name]))
-    return {name: statistics.median(values) for name, values in times.items()}
+    return times
+
+
+def median(values) -> float:
+    return statistics.median(values)
+
+
+def overhead(times: dict, name: str, base: str) -> float:
+    """Median over rounds of ``name``'s time over ``base``'s in the same round, minus 1: robust
+    to a machine whose load changes between rounds."""
+    return statistics.median(a / b for a, b in zip(times[name], times[base], strict=True)) - 1
 
 
 def act_order_layer(plain: GptqTensors, rng) -> GptqTensors:
@@ -138,22 +150,26 @@ def main(argv=None) -> int:
     row = {
         "kernel": spec.name(), "target": preset.name, "threads": torch.get_num_threads(),
         "record_id": record.id, "rounds": args.rounds,
-        "kernel_median_us": {name: t * 1e6 for name, t in kernels.items()},
-        "act_order_overhead": {name: kernels[name] / kernels["sequential"] - 1
+        "kernel_median_us": {name: median(t) * 1e6 for name, t in kernels.items()},
+        "act_order_overhead": {name: overhead(kernels, name, "sequential")
                                for name in ("separate", "fused")},
-        "quantlinear_median_us": {name: t * 1e6 for name, t in modules_us.items()},
-        "quantlinear_act_order_overhead": modules_us["act_order"] / modules_us["sequential"] - 1,
+        "fused_over_separate": overhead(kernels, "fused", "separate"),
+        "quantlinear_median_us": {name: median(t) * 1e6 for name, t in modules_us.items()},
+        "quantlinear_act_order_overhead": overhead(modules_us, "act_order", "sequential"),
         "max_rel_error": errors,
+        "load_average": list(os.getloadavg()),
     }
     print(f"{spec.name()} on {preset.name} ({row['threads']} threads), record {record.id}, "
           f"{args.rounds} interleaved rounds")
     for name, us in row["kernel_median_us"].items():
-        extra = (f"   act_order +{row['act_order_overhead'][name] * 100:5.1f}%   "
+        extra = (f"   act_order {row['act_order_overhead'][name] * 100:+5.1f}%   "
                  f"max rel error {errors[name]:.1e}") if name != "sequential" else ""
         print(f"  kernel {name:11s} median {us:9.1f} us{extra}")
     for name, us in row["quantlinear_median_us"].items():
         print(f"  QuantLinear {name:10s} median {us:9.1f} us")
     print(f"  QuantLinear act_order overhead {row['quantlinear_act_order_overhead'] * 100:+.1f}%")
+    print(f"  fused vs separate gather {row['fused_over_separate'] * 100:+.1f}% "
+          f"(median of per-round ratios; load average {row['load_average'][0]:.1f})")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(row, handle, indent=2)
