@@ -170,7 +170,7 @@ class QuantLinear(torch.nn.Module):
         """W [K, N] float32 in the prepared row order (act_order: rows P)."""
         from qcompile.kernels.uniform.dense import dequantize
 
-        return dequantize(self.spec(1), self._prepared)
+        return dequantize(self.spec(1), self._prepared, self.kernels.preset)
 
     def _prefill(self, rows: torch.Tensor) -> torch.Tensor:
         permutation = self._prepared.extras.get("perm")

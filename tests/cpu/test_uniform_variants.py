@@ -105,3 +105,17 @@ def test_activation_dtype_is_checked(avx2):
     prepared = FAMILY.prepare(spec, qweight=t.qweight, scales=t.scales, qzeros=t.qzeros)
     with pytest.raises(ValueError, match="x must be float16 for this kernel; got float32"):
         FAMILY.run(spec, function, torch.zeros(K), prepared)
+
+
+@pytest.mark.parametrize("bits, group_size", [(2, 32), (3, 64), (4, 128), (8, -1)])
+def test_dense_dequantize_kernel(avx2, bits, group_size):
+    """The prefill path's compiled dequantization gives the reference weight, rows in P order."""
+    from qcompile.kernels.uniform.dense import dequantize
+
+    spec = UniformSpec(k=K, n=N, bits=bits, group_size=group_size)
+    t = layer(bits, group_size, False, "v1", True, seed=11)
+    prepared = FAMILY.prepare(spec, qweight=t.qweight, scales=t.scales, qzeros=t.qzeros,
+                              g_idx=t.g_idx)
+    permutation = prepared.extras["perm"].numpy() if "perm" in prepared.extras else np.arange(K)
+    np.testing.assert_array_equal(dequantize(spec, prepared, avx2).numpy(),
+                                  t.dequantize()[permutation])

@@ -1,45 +1,85 @@
-"""The uniform family's prepared weights dequantized in torch: the dense fp32 weight of the
-prefill path (``x @ W`` by torch's GEMM once M is large), and a check for the kernels.
+"""The uniform family's weights dequantized to a dense fp32 matrix: the first half of the prefill
+path (``x @ W`` by torch's GEMM once M is large).
 
-It reads the operands ``prepare`` made (rows already in act_order's P order), so it serves
-exactly the weights the kernels see.
+One TensorIR block, ``dequantize``: ``w[k, n] = s[g, n] * (q[k, n] - z[g, n])`` over the
+operands ``prepare`` made (rows already in act_order's P order), with a fixed schedule: packed
+words of K in parallel, the fields of a word unrolled, N vectorized. It only streams the codes
+in and the matrix out, so there is nothing to tune: it runs near memory bandwidth as it is.
 """
 
 from __future__ import annotations
 
-import torch
+import math
+import threading
 
 from qcompile.kernels.base import PreparedWeights
+from qcompile.kernels.uniform.compute import field_expr, field_scale_expr, fields_per_word
 from qcompile.kernels.uniform.spec import UniformSpec
 
-
-def unpack_codes(qweight: torch.Tensor, bits: int) -> torch.Tensor:
-    """Codes [K, N] int32 from packed int32 [K*bits/32, N] (LSB first; 3-bit: 32 codes in a
-    96-bit little-endian stream over three words)."""
-    words = qweight.to(torch.int64) & 0xFFFFFFFF
-    rows, n = words.shape
-    if bits == 3:
-        block = words.reshape(rows // 3, 3, n)
-        low = block[:, 0] | (block[:, 1] << 32)  # bits 0..63 of the stream
-        high = block[:, 1] | (block[:, 2] << 32)  # bits 32..95
-        fields = []
-        for j in range(32):
-            start = 3 * j
-            source, shift = (low, start) if start + 3 <= 64 else (high, start - 32)
-            fields.append((source >> shift) & 7)
-        return torch.stack(fields, dim=1).reshape(rows // 3 * 32, n).to(torch.int32)
-    per_word = 32 // bits
-    shifts = torch.arange(0, 32, bits, dtype=torch.int64, device=qweight.device)
-    codes = (words.unsqueeze(1) >> shifts.view(1, per_word, 1)) & ((1 << bits) - 1)
-    return codes.reshape(rows * per_word, n).to(torch.int32)
+_built: dict[tuple[str, str], object] = {}
+_lock = threading.Lock()
 
 
-def dequantize(spec: UniformSpec, prepared: PreparedWeights) -> torch.Tensor:
+def dequantize_compute(spec: UniformSpec):
+    """PrimFunc ``(qweight int32 [K*bits/32, N], scales float16 [G, N], zeros uint8 [G, N])
+    -> w float32 [K, N]`` for ``spec``'s K, N, bits and group size."""
+    from qcompile._tvm import T
+
+    K, N, G = spec.k, spec.n, spec.groups
+    rows, bits, gsize = spec.packed_rows, spec.bits, spec.effective_group_size
+    symbol = f"dequantize_b{spec.bits}_g{gsize}_k{K}_n{N}"
+
+    @T.prim_func(s_tir=True)
+    def dequantize(
+        qweight: T.Buffer((rows, N), "int32"),
+        scales: T.Buffer((G, N), "float16"),
+        zeros: T.Buffer((G, N), "uint8"),
+        w: T.Buffer((K, N), "float32"),
+    ):
+        T.func_attr({"global_symbol": symbol, "tirx.noalias": True})
+        for k, n in T.grid(K, N):
+            with T.sblock("dequantize"):
+                vk, vn = T.axis.remap("SS", [k, n])
+                w[vk, vn] = T.Cast("float32", scales[vk // gsize, vn]) * (
+                    field_expr(qweight, vk, vn, bits) * field_scale_expr(vk, bits)
+                    - T.Cast("float32", zeros[vk // gsize, vn]))
+
+    return dequantize
+
+
+def schedule(sch, spec: UniformSpec, lanes: int):
+    """Words of K in parallel, each word's fields unrolled, N in vectors of ``lanes``."""
+    block = sch.get_sblock("dequantize")
+    k, n = sch.get_loops(block)
+    words, fields = sch.split(k, factors=[None, fields_per_word(spec.bits)])
+    n_outer, n_lanes = sch.split(n, factors=[None, math.gcd(spec.n, lanes)])
+    sch.reorder(words, n_outer, fields, n_lanes)
+    sch.parallel(words)
+    sch.unroll(fields)
+    sch.vectorize(n_lanes)
+    return sch
+
+
+def dequantizer(spec: UniformSpec, preset):
+    """The compiled dequantization for ``spec`` on CPU ``preset``, built once per process."""
+    key = (f"{spec.bits}/{spec.group_size}/{spec.k}/{spec.n}", preset.name)
+    with _lock:
+        if key not in _built:
+            from qcompile import _tvm
+
+            hw = preset.hardware()
+            sch = schedule(_tvm.Schedule(dequantize_compute(spec)), spec, hw.fp32_lanes)
+            target = _tvm.Target(preset.tvm_target(hw))
+            function = _tvm.tvm.compile(sch.mod, target=target)
+            _built[key] = function[sch.mod["main"].attrs["global_symbol"]]
+        return _built[key]
+
+
+def dequantize(spec: UniformSpec, prepared: PreparedWeights, preset):
     """W [K, N] float32 (rows in the prepared order) from ``prepare``'s operands:
     ``scales[g] * (q - zeros[g])`` with ``g = k // group_size``."""
-    qweight, scales, zeros = prepared.tensors[:3]
-    codes = unpack_codes(qweight, spec.bits).to(torch.float32)
-    group = spec.effective_group_size
-    codes = codes.view(spec.groups, group, spec.n)
-    weight = (codes - zeros.to(torch.float32).unsqueeze(1)) * scales.to(torch.float32).unsqueeze(1)
-    return weight.reshape(spec.k, spec.n)
+    import torch
+
+    weight = torch.empty((spec.k, spec.n), dtype=torch.float32)
+    dequantizer(spec, preset)(*prepared.tensors[:3], weight)
+    return weight
