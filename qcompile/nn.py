@@ -145,7 +145,7 @@ class QuantLinear(torch.nn.Module):
         if runner is None:
             m = self._plan(count, dtype)
             spec = self.spec(m, dtype)
-            kernel = self.kernels.get(spec, self._hint(count))
+            kernel = self.kernels.get(spec, self._hint(m, dtype))
             runner = (m, kernel, replace(self._prepared, spec_digest=spec.digest()))
             self._runners[(count, dtype)] = runner
         return runner
@@ -160,11 +160,12 @@ class QuantLinear(torch.nn.Module):
             self._plans[key] = found or count
         return self._plans[key]
 
-    def _hint(self, count: int) -> str:
+    def _hint(self, m: int, dtype: str) -> str:
         if self._checkpoint is None:
             return ""
+        dtype_flag = "" if dtype == "float32" else f" --dtype {dtype}"
         return (f"; or for every layer of the checkpoint: qcompile tune --from-gptq "
-                f"{self._checkpoint} --target {self.kernels.preset.name} --batch {count}")
+                f"{self._checkpoint} --target {self.kernels.preset.name} --batch {m}{dtype_flag}")
 
     def dense_weight(self) -> torch.Tensor:
         """W [K, N] float32 in the prepared row order (act_order: rows P)."""
