@@ -22,6 +22,7 @@ message gives the ``qcompile tune`` command; see :mod:`qcompile.kernel_cache`).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 import torch
@@ -35,11 +36,17 @@ from qcompile.kernels.uniform import FAMILY, UniformSpec
 MAX_KERNEL_ROWS = 16
 
 #: Rows from which the dense prefill path is used (tools/bench_prefill.py; README).
-PREFILL_ROWS = 64
+PREFILL_ROWS = 128
 
 _DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 _caches: dict[tuple, KernelCache] = {}
+
+#: One dense fp32 weight buffer per layer shape, shared by the prefill calls of every layer of
+#: that shape (calls of one model run one after another): fresh memory's page faults would
+#: cost more than the dequantization. Guarded by _scratch_lock.
+_scratch: dict[tuple[int, int], torch.Tensor] = {}
+_scratch_lock = threading.Lock()
 
 
 def kernel_cache(target: str = "avx2", db: str | None = None, on_missing: str = "error",
@@ -174,11 +181,19 @@ class QuantLinear(torch.nn.Module):
         return dequantize(self.spec(1), self._prepared, self.kernels.preset)
 
     def _prefill(self, rows: torch.Tensor) -> torch.Tensor:
+        from qcompile.kernels.uniform.dense import dequantize
+
         permutation = self._prepared.extras.get("perm")
         x = rows.to(torch.float32)
         if permutation is not None:
             x = x.index_select(1, permutation)
-        y = x @ self.dense_weight()
+        shape = (self.in_features, self.out_features)
+        with _scratch_lock:
+            if shape not in _scratch:
+                _scratch[shape] = torch.empty(shape, dtype=torch.float32)
+            weight = dequantize(self.spec(1), self._prepared, self.kernels.preset,
+                                out=_scratch[shape])
+            y = x @ weight
         bias = self._prepared.extras.get("bias")
         if bias is not None:
             y.add_(bias)

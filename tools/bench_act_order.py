@@ -134,7 +134,9 @@ def main(argv=None) -> int:
     for name, y in (("separate", plain_kernel(x, w_separate)), ("fused", fused_kernel(x, w_fused))):
         errors[name] = float(np.abs(y.double().numpy() - ref).max() / np.abs(ref).max())
 
+    permutation = w_separate.extras["perm"]
     kernels = side_by_side({
+        "gather_alone": lambda: x.index_select(-1, permutation),
         "sequential": lambda: plain_kernel(x, w_plain),
         "separate": lambda: plain_kernel(x, w_separate),
         "fused": lambda: fused_kernel(x, w_fused),
@@ -154,6 +156,8 @@ def main(argv=None) -> int:
         "act_order_overhead": {name: overhead(kernels, name, "sequential")
                                for name in ("separate", "fused")},
         "fused_over_separate": overhead(kernels, "fused", "separate"),
+        "gather_alone_over_sequential": statistics.median(
+            a / b for a, b in zip(kernels["gather_alone"], kernels["sequential"], strict=True)),
         "quantlinear_median_us": {name: median(t) * 1e6 for name, t in modules_us.items()},
         "quantlinear_act_order_overhead": overhead(modules_us, "act_order", "sequential"),
         "max_rel_error": errors,
@@ -163,11 +167,12 @@ def main(argv=None) -> int:
           f"{args.rounds} interleaved rounds")
     for name, us in row["kernel_median_us"].items():
         extra = (f"   act_order {row['act_order_overhead'][name] * 100:+5.1f}%   "
-                 f"max rel error {errors[name]:.1e}") if name != "sequential" else ""
+                 f"max rel error {errors[name]:.1e}") if name in errors else ""
         print(f"  kernel {name:11s} median {us:9.1f} us{extra}")
     for name, us in row["quantlinear_median_us"].items():
         print(f"  QuantLinear {name:10s} median {us:9.1f} us")
     print(f"  QuantLinear act_order overhead {row['quantlinear_act_order_overhead'] * 100:+.1f}%")
+    print(f"  the gather alone is {row['gather_alone_over_sequential'] * 100:.2f}% of the kernel")
     print(f"  fused vs separate gather {row['fused_over_separate'] * 100:+.1f}% "
           f"(median of per-round ratios; load average {row['load_average'][0]:.1f})")
     if args.json:

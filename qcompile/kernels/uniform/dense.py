@@ -75,11 +75,19 @@ def dequantizer(spec: UniformSpec, preset):
         return _built[key]
 
 
-def dequantize(spec: UniformSpec, prepared: PreparedWeights, preset):
+def dequantize(spec: UniformSpec, prepared: PreparedWeights, preset, out=None):
     """W [K, N] float32 (rows in the prepared order) from ``prepare``'s operands:
-    ``scales[g] * (q - zeros[g])`` with ``g = k // group_size``."""
+    ``scales[g] * (q - zeros[g])`` with ``g = k // group_size``.
+
+    ``out`` (float32 [K, N], contiguous) is written instead of a new tensor: reusing one buffer
+    saves the page faults of fresh memory, which cost more than the dequantization itself here
+    (README, "Prefill crossover")."""
     import torch
 
-    weight = torch.empty((spec.k, spec.n), dtype=torch.float32)
-    dequantizer(spec, preset)(*prepared.tensors[:3], weight)
-    return weight
+    if out is None:
+        out = torch.empty((spec.k, spec.n), dtype=torch.float32)
+    elif out.shape != (spec.k, spec.n) or out.dtype != torch.float32 or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous float32 [{spec.k}, {spec.n}] tensor; got "
+                         f"{str(out.dtype).removeprefix('torch.')} {list(out.shape)}")
+    dequantizer(spec, preset)(*prepared.tensors[:3], out)
+    return out
