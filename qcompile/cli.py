@@ -2,6 +2,7 @@
 
     qcompile targets                               presets, and which this host supports
     qcompile tune  --target avx2 [spec] [--trials N] [--db URL]
+    qcompile tune  --target avx2 --from-gptq DIR [--batch M] [--trials N] [--db URL]
     qcompile build --target avx2 [spec] [--db URL] --out DIR
     qcompile db ls [--db URL]
 
@@ -101,12 +102,36 @@ def _hardware_line(hw: dict) -> str:
 def cmd_tune(args: argparse.Namespace) -> int:
     from qcompile.tune import tune
 
+    if args.from_gptq:
+        return tune_checkpoint(args)
     spec = spec_from_args(args)
     preset = targets.get(args.target)
     summary = tune(spec, preset, trials=args.trials, storage=_storage(args), seed=args.seed,
                    progress=not args.quiet)
     print("\n".join(summary.lines()))
     return 0 if summary.best_us is not None else 1
+
+
+def tune_checkpoint(args: argparse.Namespace) -> int:
+    """``qcompile tune --from-gptq DIR``: every distinct layer shape of a checkpoint, once."""
+    from qcompile.gptq import distinct_specs, load
+    from qcompile.tune import tune
+
+    layers = load(args.from_gptq)
+    specs = distinct_specs(layers, m=args.batch, dtype=args.dtype)
+    preset = targets.get(args.target)
+    storage = _storage(args)
+    print(f"{args.from_gptq}: {len(layers)} GPTQ layers, {len(specs)} distinct kernel specs "
+          f"(M={args.batch}, {args.dtype})")
+    failed = 0
+    for index, (spec, names) in enumerate(specs, 1):
+        shared = names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
+        print(f"[{index}/{len(specs)}] {spec.name()}: {shared}")
+        summary = tune(spec, preset, trials=args.trials, storage=storage, seed=args.seed,
+                       progress=not args.quiet)
+        print("\n".join(summary.lines()))
+        failed += summary.best_us is None
+    return 1 if failed else 0
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -155,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"candidates to build and measure (default {DEFAULT_TRIALS})")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--from-gptq", metavar="DIR", default=None,
+                   help="tune every distinct layer shape of this GPTQ checkpoint (bits, group "
+                        "size and shapes come from it; --batch and --dtype still apply)")
     add_db_argument(p)
     p.set_defaults(func=cmd_tune)
 

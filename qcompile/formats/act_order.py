@@ -10,10 +10,13 @@ group. Since ``x @ W == x[:, P] @ W[P]``, a caller gathers its activations by P.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from qcompile.errors import FormatError
 from qcompile.formats import bitpack
+from qcompile.formats.gptq import GptqTensors, trivial_g_idx
 
 
 def sequential_permutation(g_idx: np.ndarray) -> np.ndarray:
@@ -44,3 +47,24 @@ def permute_packed_rows(qweight: np.ndarray, permutation: np.ndarray, bits: int)
     if not np.array_equal(np.sort(permutation), np.arange(codes.shape[0])):
         raise FormatError("permutation must hold every row index 0..K-1 exactly once")
     return bitpack.pack(codes[permutation], bits)
+
+
+def reorder(layer: GptqTensors) -> tuple[np.ndarray, GptqTensors]:
+    """Algorithm 1: ``P = argsort(g_idx)`` and the layer with its K rows in that order.
+
+    Returns
+    -------
+    (numpy.ndarray of int64 [K], GptqTensors)
+        P, and W[P] with a trivial g_idx (groups contiguous, in group order); scales and
+        zero-points are per group and stay as they are. ``x @ W == x[:, P] @ W[P]``. A layer
+        whose g_idx is trivial already (no act_order, or static groups) comes back unchanged
+        with P = arange(K).
+    """
+    if is_trivial(layer.g_idx, layer.group_size):
+        return np.arange(layer.in_features, dtype=np.int64), layer
+    permutation = sequential_permutation(layer.g_idx)
+    return permutation, replace(
+        layer,
+        qweight=permute_packed_rows(layer.qweight, permutation, layer.bits),
+        g_idx=trivial_g_idx(layer.in_features, layer.group_size),
+    )

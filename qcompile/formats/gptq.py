@@ -161,7 +161,6 @@ class GptqTensors:
             if g_idx.shape != (in_features,):
                 raise FormatError(
                     f"g_idx must have shape [K]=({in_features},); got {tuple(g_idx.shape)}")
-            groups = max(groups, int(g_idx.max()) + 1 if g_idx.size else 1)
         if scales.shape != (groups, out_features):
             raise FormatError(
                 f"scales must have shape [G, N]=({groups}, {out_features}) for K={in_features}, "

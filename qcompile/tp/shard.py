@@ -14,28 +14,8 @@ import numpy as np
 
 from qcompile.errors import FormatError
 from qcompile.formats import bitpack
-from qcompile.formats.act_order import is_trivial, permute_packed_rows, sequential_permutation
+from qcompile.formats.act_order import is_trivial, reorder  # noqa: F401 (re-exported: qcompile.tp.reorder)
 from qcompile.formats.gptq import GptqTensors, pack_zeros, trivial_g_idx
-
-
-def reorder(layer: GptqTensors) -> tuple[np.ndarray, GptqTensors]:
-    """Algorithm 1: ``P = argsort(g_idx)`` and the layer with its K rows in that order.
-
-    Returns
-    -------
-    (numpy.ndarray of int64 [K], GptqTensors)
-        P, and W[P] with a trivial g_idx (groups contiguous, in group order). ``x @ W ==
-        x[:, P] @ W[P]``. A layer whose g_idx is trivial already comes back unchanged with
-        P = arange(K).
-    """
-    if is_trivial(layer.g_idx, layer.group_size):
-        return np.arange(layer.in_features, dtype=np.int64), layer
-    permutation = sequential_permutation(layer.g_idx)
-    return permutation, replace(
-        layer,
-        qweight=permute_packed_rows(layer.qweight, permutation, layer.bits),
-        g_idx=trivial_g_idx(layer.in_features, layer.group_size),
-    )
 
 
 def permute_columns(layer: GptqTensors, permutation: np.ndarray) -> GptqTensors:

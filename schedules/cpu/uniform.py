@@ -77,6 +77,11 @@ def _micro_kernel(sch: Schedule, spec: UniformSpec, lanes: int, under):
     return dot, words
 
 
+def _has_output_cast(spec: UniformSpec) -> bool:
+    """float16/bfloat16 and fused-gather kernels accumulate in float32 and end with ``cast_y``."""
+    return spec.dtype != "float32" or spec.act_order
+
+
 def register_tile(sch: Schedule, spec: UniformSpec, hw: CpuHardware,
                   tiles: dict | None = None) -> Schedule:
     """Sketch 1: output tile in registers across all groups of one N tile."""
@@ -86,6 +91,8 @@ def register_tile(sch: Schedule, spec: UniformSpec, hw: CpuHardware,
     sch.reorder(n_par, n_blk, g, m, n_reg, n_lanes)
     acc = sch.cache_write(combine, 0, "local")
     sch.reverse_compute_at(acc, n_blk)
+    if _has_output_cast(spec):  # convert where the register tile is written back
+        sch.reverse_compute_inline(sch.get_sblock("cast_y"))
     dot, words = _micro_kernel(sch, spec, lanes, g)
     sch.parallel(n_par)
     sch.unroll(n_reg)
@@ -108,6 +115,8 @@ def k_blocked(sch: Schedule, spec: UniformSpec, hw: CpuHardware,
     g_out, g_in = sch.split(g, factors=g_factors)
     sch.reorder(n_par, g_out, n_blk, g_in, m, n_reg, n_lanes)
     dot, words = _micro_kernel(sch, spec, lanes, g_in)
+    if _has_output_cast(spec):  # convert each task's slice once its K blocks are done
+        sch.reverse_compute_at(sch.get_sblock("cast_y"), n_par)
     sch.parallel(n_par)
     sch.unroll(n_reg)
     sch.vectorize(n_lanes)

@@ -85,7 +85,22 @@ def field_scale_expr(k, bits: int):
 
 
 def uniform_compute(spec: UniformSpec):
-    """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes)."""
+    """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes).
+
+    Variants keep the four blocks and their names, so the design spaces apply to every one:
+    float16/bfloat16 activations are converted to float32 where ``scale_x`` and ``group_sum``
+    read them and the float32 result is converted back by a last block, ``cast_y``; act_order's
+    gather ``x[:, perm]`` is fused into the same two reads. The float32 sequential kernel is
+    exactly the TensorIR of compute version 1.
+    """
+    if spec.act_order:
+        return _gather_compute(spec)
+    if spec.dtype != "float32":
+        return _cast_compute(spec)
+    return _float32_compute(spec)
+
+
+def _float32_compute(spec: UniformSpec):
     M, K, N, G = spec.m, spec.k, spec.n, spec.groups
     rows, bits, gsize = spec.packed_rows, spec.bits, spec.effective_group_size
     attrs = spec.func_attrs()
@@ -126,5 +141,108 @@ def uniform_compute(spec: UniformSpec):
                     y[vm, vn] = T.float32(0)
                 y[vm, vn] = y[vm, vn] + T.Cast("float32", scales[vg, vn]) * (
                     dot[vm, vg, vn] - T.Cast("float32", zeros[vg, vn]) * x_sum[vm, vg])
+
+    return uniform_gemm
+
+
+def _cast_compute(spec: UniformSpec):
+    """float16/bfloat16 activations and output, float32 inside."""
+    M, K, N, G = spec.m, spec.k, spec.n, spec.groups
+    rows, bits, gsize, dtype = spec.packed_rows, spec.bits, spec.effective_group_size, spec.dtype
+    attrs = spec.func_attrs()
+
+    @T.prim_func(s_tir=True)
+    def uniform_gemm(
+        x: T.Buffer((M, K), dtype),
+        qweight: T.Buffer((rows, N), "int32"),
+        scales: T.Buffer((G, N), "float16"),
+        zeros: T.Buffer((G, N), "uint8"),
+        y: T.Buffer((M, N), dtype),
+    ):
+        T.func_attr(attrs)
+        x_field = T.sblock_alloc_buffer((M, K), "float32")
+        x_sum = T.sblock_alloc_buffer((M, G), "float32")
+        dot = T.sblock_alloc_buffer((M, G, N), "float32")
+        y_acc = T.sblock_alloc_buffer((M, N), "float32")
+        for m, k in T.grid(M, K):
+            with T.sblock("scale_x"):
+                vm, vk = T.axis.remap("SS", [m, k])
+                x_field[vm, vk] = T.Cast("float32", x[vm, vk]) * field_scale_expr(vk, bits)
+        for m, g, r in T.grid(M, G, gsize):
+            with T.sblock("group_sum"):
+                vm, vg, vr = T.axis.remap("SSR", [m, g, r])
+                with T.init():
+                    x_sum[vm, vg] = T.float32(0)
+                x_sum[vm, vg] = x_sum[vm, vg] + T.Cast("float32", x[vm, vg * gsize + vr])
+        for m, g, n, r in T.grid(M, G, N, gsize):
+            with T.sblock("group_dot"):
+                vm, vg, vn, vr = T.axis.remap("SSSR", [m, g, n, r])
+                with T.init():
+                    dot[vm, vg, vn] = T.float32(0)
+                dot[vm, vg, vn] = dot[vm, vg, vn] + x_field[vm, vg * gsize + vr] * field_expr(
+                    qweight, vg * gsize + vr, vn, bits)
+        for m, n, g in T.grid(M, N, G):
+            with T.sblock("combine"):
+                vm, vn, vg = T.axis.remap("SSR", [m, n, g])
+                with T.init():
+                    y_acc[vm, vn] = T.float32(0)
+                y_acc[vm, vn] = y_acc[vm, vn] + T.Cast("float32", scales[vg, vn]) * (
+                    dot[vm, vg, vn] - T.Cast("float32", zeros[vg, vn]) * x_sum[vm, vg])
+        for m, n in T.grid(M, N):
+            with T.sblock("cast_y"):
+                vm, vn = T.axis.remap("SS", [m, n])
+                y[vm, vn] = T.Cast(dtype, y_acc[vm, vn])
+
+    return uniform_gemm
+
+
+def _gather_compute(spec: UniformSpec):
+    """act_order with the gather fused: x is read at ``perm[k]`` (any activation dtype)."""
+    M, K, N, G = spec.m, spec.k, spec.n, spec.groups
+    rows, bits, gsize, dtype = spec.packed_rows, spec.bits, spec.effective_group_size, spec.dtype
+    attrs = spec.func_attrs()
+
+    @T.prim_func(s_tir=True)
+    def uniform_gemm(
+        x: T.Buffer((M, K), dtype),
+        qweight: T.Buffer((rows, N), "int32"),
+        scales: T.Buffer((G, N), "float16"),
+        zeros: T.Buffer((G, N), "uint8"),
+        perm: T.Buffer((K,), "int32"),
+        y: T.Buffer((M, N), dtype),
+    ):
+        T.func_attr(attrs)
+        x_field = T.sblock_alloc_buffer((M, K), "float32")
+        x_sum = T.sblock_alloc_buffer((M, G), "float32")
+        dot = T.sblock_alloc_buffer((M, G, N), "float32")
+        y_acc = T.sblock_alloc_buffer((M, N), "float32")
+        for m, k in T.grid(M, K):
+            with T.sblock("scale_x"):
+                vm, vk = T.axis.remap("SS", [m, k])
+                x_field[vm, vk] = T.Cast("float32", x[vm, perm[vk]]) * field_scale_expr(vk, bits)
+        for m, g, r in T.grid(M, G, gsize):
+            with T.sblock("group_sum"):
+                vm, vg, vr = T.axis.remap("SSR", [m, g, r])
+                with T.init():
+                    x_sum[vm, vg] = T.float32(0)
+                x_sum[vm, vg] = x_sum[vm, vg] + T.Cast("float32", x[vm, perm[vg * gsize + vr]])
+        for m, g, n, r in T.grid(M, G, N, gsize):
+            with T.sblock("group_dot"):
+                vm, vg, vn, vr = T.axis.remap("SSSR", [m, g, n, r])
+                with T.init():
+                    dot[vm, vg, vn] = T.float32(0)
+                dot[vm, vg, vn] = dot[vm, vg, vn] + x_field[vm, vg * gsize + vr] * field_expr(
+                    qweight, vg * gsize + vr, vn, bits)
+        for m, n, g in T.grid(M, N, G):
+            with T.sblock("combine"):
+                vm, vn, vg = T.axis.remap("SSR", [m, n, g])
+                with T.init():
+                    y_acc[vm, vn] = T.float32(0)
+                y_acc[vm, vn] = y_acc[vm, vn] + T.Cast("float32", scales[vg, vn]) * (
+                    dot[vm, vg, vn] - T.Cast("float32", zeros[vg, vn]) * x_sum[vm, vg])
+        for m, n in T.grid(M, N):
+            with T.sblock("cast_y"):
+                vm, vn = T.axis.remap("SS", [m, n])
+                y[vm, vn] = T.Cast(dtype, y_acc[vm, vn])
 
     return uniform_gemm

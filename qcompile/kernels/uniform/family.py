@@ -11,14 +11,30 @@ from qcompile.formats.gptq import GptqTensors, quantize_rtn
 from qcompile.kernels.base import KernelFamily, PreparedWeights
 from qcompile.kernels.uniform.spec import UniformSpec
 
+_ACTIVATION_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def _parse_bool(text: str) -> bool:
+    value = {"true": True, "1": True, "false": False, "0": False}.get(text.lower())
+    if value is None:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"expected True or False; got {text!r}")
+    return value
+
 
 class UniformFamily(KernelFamily):
     name: ClassVar[str] = "uniform"
     spec_type: ClassVar[type] = UniformSpec
 
+    def add_cli_arguments(self, group) -> None:
+        group.add_argument("--act-order", type=_parse_bool, default=False, metavar="BOOL",
+                           help="uniform: gather x by act_order's permutation inside the kernel "
+                                "(True/False, default False)")
+
     def spec_from_cli(self, args, *, k: int, n: int) -> UniformSpec:
         return UniformSpec(k=k, n=n, bits=args.bits, group_size=args.group_size, m=args.batch,
-                           dtype=args.dtype)
+                           dtype=args.dtype, act_order=getattr(args, "act_order", False))
 
     def compute(self, spec: UniformSpec):
         from qcompile.kernels.uniform.compute import uniform_compute
@@ -36,64 +52,114 @@ class UniformFamily(KernelFamily):
 
     def checkpoint_tensors(self, spec: UniformSpec, *, qweight, scales, qzeros, g_idx=None,
                            zero_convention: str = "v1") -> GptqTensors:
-        """Validate GPTQ tensors against ``spec`` (shapes, dtypes, bits, group size)."""
+        """Validate GPTQ tensors against ``spec`` (shapes, dtypes, bits, group size, g_idx)."""
         shape = tuple(getattr(qweight, "shape", ()))
         if shape != (spec.packed_rows, spec.n):
             raise FormatError(
                 f"qweight must have shape [K*bits/32, N]=({spec.packed_rows}, {spec.n}) for this "
                 f"{spec.k}x{spec.n} {spec.bits}-bit kernel; got {shape}"
             )
-        tensors = GptqTensors.from_tensors(
+        return GptqTensors.from_tensors(
             qweight=qweight, scales=scales, qzeros=qzeros, g_idx=g_idx, bits=spec.bits,
             group_size=spec.group_size, zero_convention=zero_convention,
         )
-        trivial = tensors.g_idx == np.arange(spec.k) // spec.effective_group_size
-        if not trivial.all():
-            raise FormatError(
-                f"g_idx is not k // group_size (act_order) at {int((~trivial).sum())} of "
-                f"{spec.k} rows; this kernel reads groups in row order"
-            )
-        return tensors
 
     def prepare(self, spec: UniformSpec, device: str = "cpu", *, qweight, scales, qzeros,
-                g_idx=None, zero_convention: str = "v1") -> PreparedWeights:
-        """GPTQ tensors -> kernel operands.
+                g_idx=None, zero_convention: str = "v1", bias=None) -> PreparedWeights:
+        """GPTQ tensors -> kernel operands, once per layer.
+
+        act_order weights (``g_idx`` not ``k // group_size``) are made sequential here: rows
+        reordered by ``P = argsort(g_idx)`` (TP-aware dequantization, Algorithm 1), so each
+        group is contiguous; every call then gathers ``x[..., P]``: inside the kernel for an
+        ``act_order`` spec (``perm`` operand), else as a separate step before it. A trivial
+        ``g_idx`` (no act_order, or ``static_groups``) is detected and costs nothing.
 
         Parameters
         ----------
         qweight : int32 [K * bits/32, N], torch.Tensor or numpy.ndarray
-            Codes packed along K, LSB first (read as is; no repacking).
-        scales : float16 or float32 [G, N]
+            Codes packed along K, LSB first (3-bit: 32 codes per 3 words).
+        scales : float16 [G, N]
         qzeros : int32 [G, N * bits/32]
-            Zero-points packed along N, in ``zero_convention`` ("v1": stored z - 1).
+            Zero-points packed along N, in ``zero_convention`` ("v1": stored z - 1, "v2": z).
         g_idx : int32 [K], optional
-            Must be trivial (k // group_size) for this kernel.
+            Group of each input row; None means ``k // group_size``.
+        bias : float16/bfloat16/float32 [N], optional
+            Added to every output row (in float32, before the output's rounding is kept).
 
         Returns
         -------
         PreparedWeights
-            (qweight int32 [K*bits/32, N], scales float16 [G, N], zeros uint8 [G, N]).
+            tensors: qweight int32 [K*bits/32, N] (rows in P order), scales float16 [G, N],
+            zeros uint8 [G, N], and for ``act_order`` specs perm int32 [K]; extras: ``perm``
+            (int64 [K], the separate gather) when the rows were reordered and the spec does
+            not gather itself, ``bias`` (float32 [N]) when given.
         """
         import torch
 
+        from qcompile.formats.act_order import reorder
         from qcompile.tensors import kernel_ready
 
-        t = self.checkpoint_tensors(spec, qweight=qweight, scales=scales, qzeros=qzeros,
-                                    g_idx=g_idx, zero_convention=zero_convention)
-        if t.scales.dtype != np.float16:
+        layer = self.checkpoint_tensors(spec, qweight=qweight, scales=scales, qzeros=qzeros,
+                                        g_idx=g_idx, zero_convention=zero_convention)
+        if layer.scales.dtype != np.float16:
             raise FormatError(
-                f"scales must be float16 (GPTQ stores fp16 scales); got {t.scales.dtype}")
-        operands = (t.qweight.view(np.int32), t.scales, t.zeros().astype(np.uint8))
+                f"scales must be float16 (GPTQ stores fp16 scales); got {layer.scales.dtype}")
+        permutation, layer = reorder(layer)
+        reordered = not np.array_equal(permutation, np.arange(spec.k))
+        operands = [layer.qweight.view(np.int32), layer.scales, layer.zeros().astype(np.uint8)]
+        names = ["qweight", "scales", "zeros"]
+        extras = {}
+        if spec.act_order:
+            operands.append(permutation.astype(np.int32))
+            names.append("perm")
+        elif reordered:
+            extras["perm"] = torch.from_numpy(permutation).to(device)
+        if bias is not None:
+            extras["bias"] = self._bias(spec, bias).to(device)
         tensors = tuple(kernel_ready(torch.from_numpy(np.ascontiguousarray(a)).to(device))
                         for a in operands)
-        return PreparedWeights(spec_digest=spec.digest(), tensors=tensors,
-                               names=("qweight", "scales", "zeros"), extras={})
+        return PreparedWeights(spec_digest=spec.digest(), tensors=tensors, names=tuple(names),
+                               extras=extras)
+
+    @staticmethod
+    def _bias(spec: UniformSpec, bias):
+        """A bias as float32 [N] torch tensor, checked."""
+        import torch
+
+        from qcompile.tensors import to_torch
+
+        bias = to_torch("bias", bias)
+        if bias.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            got = str(bias.dtype).removeprefix("torch.")
+            raise FormatError(f"bias must be float16, bfloat16 or float32; got {got}")
+        if tuple(bias.shape) != (spec.n,):
+            raise FormatError(f"bias must have shape [N]=({spec.n},); got {tuple(bias.shape)}")
+        return bias.detach().to(torch.float32).contiguous()
+
+    def run(self, spec: UniformSpec, function, x, prepared: PreparedWeights):
+        """The base class's call, plus act_order's separate gather and the bias."""
+        from qcompile.errors import ArgumentError
+        from qcompile.tensors import to_torch
+
+        permutation = prepared.extras.get("perm")
+        if permutation is not None:
+            x = to_torch("x", x)
+            if x.dim() not in (1, 2) or x.shape[-1] != spec.k:
+                raise ArgumentError(f"x must have shape [{spec.k}] or [{spec.m}, {spec.k}] "
+                                    f"(M={spec.m}, K={spec.k}); got {list(x.shape)}")
+            x = x.index_select(-1, permutation)
+        y = super().run(spec, function, x, prepared)
+        bias = prepared.extras.get("bias")
+        if bias is not None:
+            y.add_(bias)
+        return y
 
     def bytes_read(self, spec: UniformSpec) -> int:
         weights = spec.packed_rows * spec.n * 4
         group_params = spec.groups * spec.n * (2 + 1)  # fp16 scale + uint8 zero
-        activations = spec.m * spec.k * 4
-        return weights + group_params + activations
+        activations = spec.m * spec.k * _ACTIVATION_BYTES[spec.dtype]
+        gather = spec.k * 4 if spec.act_order else 0
+        return weights + group_params + activations + gather
 
     def example_tensors(self, spec: UniformSpec, rng: np.random.Generator) -> dict[str, Any]:
         weight = rng.standard_normal((spec.k, spec.n)).astype(np.float32) * 0.02

@@ -9,7 +9,7 @@ from qcompile.errors import SpecError
 from qcompile.formats import bitpack
 from qcompile.kernels.base import KernelSpec
 
-ACTIVATION_DTYPES = ("float32",)
+ACTIVATION_DTYPES = ("float32", "float16", "bfloat16")
 _DTYPE_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
 
@@ -28,7 +28,13 @@ class UniformSpec(KernelSpec):
     m : int
         Activation rows per call (1 = GEMV).
     dtype : str
-        Activation and output dtype.
+        Activation and output dtype: float32, float16 or bfloat16 (the kernel computes in
+        float32 and converts at its edges).
+    act_order : bool
+        The kernel gathers x by a permutation operand ``perm`` (int32 [K]) inside its first
+        blocks: the fused form of act_order's ``x[:, P]`` (weights reordered by ``P =
+        argsort(g_idx)`` at prepare time). False for sequential weights, and for act_order
+        weights whose gather runs as a separate step (what ``prepare`` does by default).
     """
 
     family: ClassVar[str] = "uniform"
@@ -40,6 +46,7 @@ class UniformSpec(KernelSpec):
     group_size: int = 128
     m: int = 1
     dtype: str = "float32"
+    act_order: bool = False
 
     def __post_init__(self) -> None:
         for field in ("k", "n", "m"):
@@ -66,9 +73,20 @@ class UniformSpec(KernelSpec):
                 f"group_size={self.group_size} must be a multiple of {values} for {self.bits}-bit "
                 "weights: a packed block may not span two groups"
             )
+        if not isinstance(self.act_order, bool):
+            raise SpecError(f"act_order must be True or False; got {self.act_order!r}")
         if self.dtype not in ACTIVATION_DTYPES:
             raise SpecError(
                 f"dtype={self.dtype!r} is not supported; supported: {ACTIVATION_DTYPES}")
+
+    def to_dict(self) -> dict:
+        """As the base class, but ``act_order`` only when True: specs from before the field
+        existed keep their digest, so their tuned records stay valid (their TensorIR is
+        unchanged)."""
+        data = super().to_dict()
+        if not self.act_order:
+            del data["act_order"]
+        return data
 
     @property
     def groups(self) -> int:
@@ -87,5 +105,6 @@ class UniformSpec(KernelSpec):
 
     def name(self) -> str:
         group = "col" if self.group_size == -1 else str(self.group_size)
+        gather = "_ao" if self.act_order else ""
         return (f"uniform_b{self.bits}_g{group}_k{self.k}_n{self.n}_m{self.m}"
-                f"_{_DTYPE_SHORT[self.dtype]}")
+                f"_{_DTYPE_SHORT[self.dtype]}{gather}")

@@ -1,0 +1,142 @@
+"""Kernels on demand for running models: spec -> best tuned record -> built ``.so`` -> loaded.
+
+A built library is a cache of its record (the trace in the database is the truth), so it is kept
+under ``$XDG_CACHE_HOME/qcompile/kernels/<target>/<record digest>/`` and reused by every later
+process that finds the same best record; a better record (more tuning) gets a new directory.
+Within a process each spec is resolved once.
+
+What happens when a spec has no tuned record is the caller's explicit choice (``on_missing``):
+
+``"error"`` (default)
+    :class:`~qcompile.errors.NoRecordError` with the command that tunes it.
+``"untuned"``
+    a kernel from the design space's seeded decisions (correct, not tuned: ``build_untuned``),
+    with a warning.
+``"tune"``
+    tune it now (``tune_trials`` candidates, minutes for a large layer on a small machine),
+    store the records, then build the best.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from pathlib import Path
+
+from qcompile.errors import NoRecordError, SpecError
+
+ON_MISSING = ("error", "untuned", "tune")
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "qcompile" / "kernels"
+
+
+class KernelCache:
+    """Resolves specs to loaded kernels for one target and one tuning database.
+
+    Parameters
+    ----------
+    target : str
+        A target preset name ("avx2", ...).
+    db : str, optional
+        SQLAlchemy URL of the tuning database (default: $QCOMPILE_DB, else the user's SQLite).
+    on_missing : str
+        "error", "untuned" or "tune" (module docstring).
+    tune_trials : int
+        Candidates measured per spec when ``on_missing="tune"``.
+    """
+
+    def __init__(self, target: str = "avx2", db: str | None = None, *,
+                 on_missing: str = "error", tune_trials: int = 64) -> None:
+        import targets
+        from tuning_db import Storage
+
+        if on_missing not in ON_MISSING:
+            raise SpecError(f"on_missing must be one of {ON_MISSING}; got {on_missing!r}")
+        self.preset = targets.get(target)
+        supported, reason = self.preset.host_support()
+        if not supported:
+            raise SpecError(f"target {target!r} cannot run on this host: {reason}")
+        self.storage = Storage(db)
+        self.on_missing = on_missing
+        self.tune_trials = tune_trials
+        self._kernels: dict[str, object] = {}
+        self._has_record: dict[str, bool] = {}
+        self._lock = threading.Lock()
+
+    def best_record(self, spec):
+        """(workload, record) of the fastest successful record of ``spec``, or None."""
+        from qcompile import _tvm
+        from qcompile.kernels import family_of
+        from tuning_db.database import SqlDatabase
+
+        target = _tvm.Target(self.preset.tvm_target(self.preset.hardware()))
+        mod = _tvm.normalize_mod(family_of(spec).compute(spec))
+        return SqlDatabase(self.storage, target).best(mod)
+
+    def has_record(self, spec) -> bool:
+        """Whether ``spec`` has a successful record here: a key lookup, no TensorIR built."""
+        if spec.digest() in self._kernels:
+            return True
+        if spec.digest() not in self._has_record:
+            from qcompile import _tvm
+            from targets import target_key
+            from tuning_db.database import workload_digest
+
+            target = _tvm.Target(self.preset.tvm_target(self.preset.hardware()))
+            key = target_key(_tvm.target_dict(target))
+            workload = self.storage.find_workload(workload_digest(spec.digest(), key))
+            found = workload is not None and bool(self.storage.top_records(workload.id, 1))
+            if not found:  # a record may arrive later (tuning elsewhere): ask again then
+                return False
+            self._has_record[spec.digest()] = True
+        return True
+
+    def get(self, spec, hint: str = ""):
+        """The loaded :class:`~qcompile.runtime.Kernel` for ``spec`` (see ``on_missing``).
+
+        ``hint`` is appended to the error of a missing record (the checkpoint command, say).
+        """
+        with self._lock:
+            kernel = self._kernels.get(spec.digest())
+            if kernel is None:
+                kernel = self._resolve(spec, hint)
+                self._kernels[spec.digest()] = kernel
+            return kernel
+
+    def _resolve(self, spec, hint: str):
+        import qcompile
+        from qcompile.build import build, build_untuned, spec_cli_args
+
+        best = self.best_record(spec)
+        if best is None and self.on_missing == "tune":
+            from qcompile.tune import tune
+
+            tune(spec, self.preset, trials=self.tune_trials, storage=self.storage,
+                 progress=False)
+            best = self.best_record(spec)
+        if best is None:
+            if self.on_missing == "untuned":
+                warnings.warn(f"no tuned record for {spec.name()} on {self.preset.name} in "
+                              f"{self.storage.display_url}: running an untuned kernel",
+                              stacklevel=3)
+                out = cache_root() / self.preset.name / "untuned" / spec.digest()[:24]
+                so_path = out / f"{spec.name()}.so"
+                if not so_path.is_file():
+                    so_path = build_untuned(spec, self.preset, out).so_path
+                return qcompile.load(str(so_path))
+            raise NoRecordError(
+                f"no tuned record for {spec.name()} on {self.preset.name} in "
+                f"{self.storage.display_url}; run: qcompile tune {spec_cli_args(spec)} "
+                f"--target {self.preset.name} --db {self.storage.display_url}{hint}"
+            )
+        record = best[1]
+        out = cache_root() / self.preset.name / record.digest[:24]
+        so_path = out / f"{spec.name()}.so"
+        if not so_path.is_file():
+            so_path = build(spec, self.preset, out, storage=self.storage).so_path
+        return qcompile.load(str(so_path))
+

@@ -1,0 +1,251 @@
+"""``QuantLinear``: one GPTQ layer as a torch module that runs tuned qcompile kernels.
+
+    layers = qcompile.gptq.load("checkpoint/")
+    m = QuantLinear.from_gptq(layers["model.layers.0.mlp.down_proj"], target="avx2", db=URL)
+    y = m(x)                   # x [..., K] float32, float16 or bfloat16 -> y [..., N], x's dtype
+
+    replace_linear(model, layers, target="avx2", db=URL)   # every nn.Linear named in layers
+
+How a call runs, by the number of activation rows R (all leading dimensions flattened):
+
+- R <= MAX_KERNEL_ROWS (16): the tuned kernel of the smallest M >= R that has a record in the
+  database (M is part of the spec: each M is a workload of its own), x zero-padded to M rows.
+- R > ``prefill_rows``: the prefill path, the weight dequantized once per call and one dense
+  fp32 matmul (torch's GEMM), which beats the GEMV-shaped kernels on many rows (crossover
+  measured by tools/bench_prefill.py, README "QuantLinear").
+- in between: the M = 16 kernel over chunks of 16 rows.
+
+act_order layers are reordered once when the module is built and x is gathered per call
+(``prepare``). A shape with no tuned record follows ``on_missing`` (default "error": the
+message gives the ``qcompile tune`` command; see :mod:`qcompile.kernel_cache`).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import torch
+
+from qcompile.errors import ArgumentError, FormatError, NoRecordError
+from qcompile.gptq import GptqLayer, QuantizeConfig, layers_from_state_dict
+from qcompile.kernel_cache import KernelCache
+from qcompile.kernels.uniform import FAMILY, UniformSpec
+
+#: Largest activation row count with kernels of its own (the issue's small-batch range).
+MAX_KERNEL_ROWS = 16
+
+#: Rows from which the dense prefill path is used (tools/bench_prefill.py; README).
+PREFILL_ROWS = 128
+
+_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+_caches: dict[tuple, KernelCache] = {}
+
+#: One dense fp32 weight buffer per layer shape, shared by the prefill calls of every layer of
+#: that shape (calls of one model run one after another): fresh memory's page faults would
+#: cost more than the dequantization. Guarded by _scratch_lock.
+_scratch: dict[tuple[int, int], torch.Tensor] = {}
+_scratch_lock = threading.Lock()
+
+
+def kernel_cache(target: str = "avx2", db: str | None = None, on_missing: str = "error",
+                 tune_trials: int = 64) -> KernelCache:
+    """The process-wide :class:`KernelCache` for these settings (layers of one shape share
+    their kernels)."""
+    key = (target, db, on_missing, tune_trials)
+    if key not in _caches:
+        _caches[key] = KernelCache(target, db, on_missing=on_missing, tune_trials=tune_trials)
+    return _caches[key]
+
+
+class QuantLinear(torch.nn.Module):
+    """``y = x @ W + bias`` for one GPTQ layer (W [K, N] = in x out features).
+
+    Parameters
+    ----------
+    layer : qcompile.gptq.GptqLayer
+        The layer's checked tensors (``qcompile.gptq.load``).
+    kernels : KernelCache
+        Where tuned kernels come from (target, database, ``on_missing``).
+    prefill_rows : int
+        Rows from which a call takes the dense prefill path.
+    """
+
+    def __init__(self, layer: GptqLayer, kernels: KernelCache, *,
+                 prefill_rows: int = PREFILL_ROWS) -> None:
+        super().__init__()
+        self.layer_name = layer.name
+        self.in_features = layer.in_features
+        self.out_features = layer.out_features
+        self.bits = layer.bits
+        self.group_size = layer.group_size
+        self.act_order = layer.act_order
+        self.kernels = kernels
+        self.prefill_rows = prefill_rows
+        self._checkpoint = layer.checkpoint
+        base = layer.spec(m=1)
+        self._prepared = FAMILY.prepare(base, device="cpu", **layer.kernel_tensors())
+        self._plans: dict[tuple[int, str], int] = {}
+        self._runners: dict[tuple[int, str], tuple] = {}
+
+    @classmethod
+    def from_gptq(cls, layer: GptqLayer, target: str = "avx2", db: str | None = None, *,
+                  on_missing: str = "error", tune_trials: int = 64,
+                  prefill_rows: int = PREFILL_ROWS) -> QuantLinear:
+        """A QuantLinear for ``layer`` on ``target`` with kernels from database ``db``.
+
+        ``on_missing`` says what a shape without a tuned record does: "error" (default; the
+        message gives the command that tunes it), "untuned" (a correct untuned kernel, with a
+        warning) or "tune" (tune ``tune_trials`` candidates on first use).
+        """
+        kernels = kernel_cache(target, db, on_missing, tune_trials)
+        return cls(layer, kernels, prefill_rows=prefill_rows)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bits={self.bits}, group_size={self.group_size}, act_order={self.act_order}, "
+                f"bias={'bias' in self._prepared.extras}, target={self.kernels.preset.name}")
+
+    def spec(self, m: int, dtype: str = "float32") -> UniformSpec:
+        return UniformSpec(k=self.in_features, n=self.out_features, bits=self.bits,
+                           group_size=self.group_size, m=m, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., K] float32/float16/bfloat16 on the CPU -> [..., N] in x's dtype."""
+        if not isinstance(x, torch.Tensor):
+            raise ArgumentError(f"x must be a torch.Tensor; got {type(x).__name__}")
+        dtype = _DTYPES.get(x.dtype)
+        if dtype is None:
+            got = str(x.dtype).removeprefix("torch.")
+            raise ArgumentError(f"x must be float32, float16 or bfloat16; got {got}")
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise ArgumentError(f"x must have shape [..., K] with K={self.in_features} "
+                                f"({self.layer_name}); got {list(x.shape)}")
+        if x.device.type != "cpu":
+            raise ArgumentError(f"x is on {x.device}; {self.kernels.preset.name} kernels run "
+                                "on the CPU")
+        leading = x.shape[:-1]
+        rows = x.reshape(-1, self.in_features)
+        count = rows.shape[0]
+        if count == 0:
+            y = rows.new_empty((0, self.out_features))
+        elif count >= self.prefill_rows:
+            y = self._prefill(rows)
+        elif count > MAX_KERNEL_ROWS:
+            y = torch.cat([self._kernel_rows(chunk, dtype)
+                           for chunk in rows.split(MAX_KERNEL_ROWS)])
+        else:
+            y = self._kernel_rows(rows, dtype)
+        return y.reshape(*leading, self.out_features)
+
+    def _kernel_rows(self, rows: torch.Tensor, dtype: str) -> torch.Tensor:
+        count = rows.shape[0]
+        m, kernel, prepared = self._runner(count, dtype)
+        if m > count:
+            rows = torch.cat([rows, rows.new_zeros((m - count, self.in_features))])
+        return kernel(rows.contiguous(), prepared)[:count]
+
+    def _runner(self, count: int, dtype: str):
+        """(M, kernel, prepared weights) serving ``count`` rows of ``dtype``, resolved once."""
+        runner = self._runners.get((count, dtype))
+        if runner is None:
+            m = self._plan(count, dtype)
+            spec = self.spec(m, dtype)
+            kernel = self.kernels.get(spec, self._hint(m, dtype))
+            runner = (m, kernel, replace(self._prepared, spec_digest=spec.digest()))
+            self._runners[(count, dtype)] = runner
+        return runner
+
+    def _plan(self, count: int, dtype: str) -> int:
+        """The M that serves ``count`` rows: the smallest M >= count with a tuned record, else
+        ``count`` itself (whose resolution then follows ``on_missing``)."""
+        key = (count, dtype)
+        if key not in self._plans:
+            found = next((m for m in range(count, MAX_KERNEL_ROWS + 1)
+                          if self.kernels.has_record(self.spec(m, dtype))), None)
+            self._plans[key] = found or count
+        return self._plans[key]
+
+    def _hint(self, m: int, dtype: str) -> str:
+        if self._checkpoint is None:
+            return ""
+        dtype_flag = "" if dtype == "float32" else f" --dtype {dtype}"
+        return (f"; or for every layer of the checkpoint: qcompile tune --from-gptq "
+                f"{self._checkpoint} --target {self.kernels.preset.name} --batch {m}{dtype_flag}")
+
+    def dense_weight(self) -> torch.Tensor:
+        """W [K, N] float32 in the prepared row order (act_order: rows P)."""
+        from qcompile.kernels.uniform.dense import dequantize
+
+        return dequantize(self.spec(1), self._prepared, self.kernels.preset)
+
+    def _prefill(self, rows: torch.Tensor) -> torch.Tensor:
+        from qcompile.kernels.uniform.dense import dequantize
+
+        permutation = self._prepared.extras.get("perm")
+        x = rows.to(torch.float32)
+        if permutation is not None:
+            x = x.index_select(1, permutation)
+        shape = (self.in_features, self.out_features)
+        with _scratch_lock:
+            if shape not in _scratch:
+                _scratch[shape] = torch.empty(shape, dtype=torch.float32)
+            weight = dequantize(self.spec(1), self._prepared, self.kernels.preset,
+                                out=_scratch[shape])
+            y = x @ weight
+        bias = self._prepared.extras.get("bias")
+        if bias is not None:
+            y.add_(bias)
+        return y.to(rows.dtype)
+
+
+def replace_linear(model: torch.nn.Module, layers, *, config: QuantizeConfig | dict | None = None,
+                   target: str = "avx2", db: str | None = None, on_missing: str = "error",
+                   tune_trials: int = 64) -> list[str]:
+    """Replace the ``nn.Linear`` modules of ``model`` named in ``layers`` by QuantLinear.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+    layers : dict of str to GptqLayer, or a GPTQ state dict
+        ``qcompile.gptq.load(path)``, or tensors named ``<module>.qweight`` etc. (then
+        ``config`` gives the quantization settings, a QuantizeConfig or its JSON dict).
+    target, db, on_missing, tune_trials
+        As :meth:`QuantLinear.from_gptq`.
+
+    Returns
+    -------
+    list of str
+        The names of the replaced modules. A named module that is missing, not an
+        ``nn.Linear``, or of another shape raises FormatError.
+    """
+    if layers and not all(isinstance(v, GptqLayer) for v in layers.values()):
+        if config is None:
+            raise FormatError("a GPTQ state dict needs its quantization config (config=...)")
+        if isinstance(config, dict):
+            config = QuantizeConfig.from_dict(config, "config")
+        layers = layers_from_state_dict(layers, config)
+    kernels = kernel_cache(target, db, on_missing, tune_trials)
+    replaced = []
+    for name, layer in layers.items():
+        try:
+            module = model.get_submodule(name)
+        except AttributeError:
+            raise FormatError(f"the model has no module {name!r} for GPTQ layer {name}") from None
+        if not isinstance(module, torch.nn.Linear):
+            raise FormatError(f"{name} is a {type(module).__name__}, not an nn.Linear")
+        if (module.in_features, module.out_features) != (layer.in_features, layer.out_features):
+            raise FormatError(
+                f"{name}: the model's nn.Linear is {module.in_features}x{module.out_features} "
+                f"(in x out) but the checkpoint's layer is "
+                f"{layer.in_features}x{layer.out_features}")
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, QuantLinear(layer, kernels))
+        replaced.append(name)
+    return replaced
+
+
+__all__ = ["MAX_KERNEL_ROWS", "PREFILL_ROWS", "NoRecordError", "QuantLinear", "kernel_cache",
+           "replace_linear"]
