@@ -47,6 +47,7 @@ y          spec.dtype  [M, N]              output
 from __future__ import annotations
 
 from qcompile._tvm import T
+from qcompile.errors import SpecError
 from qcompile.kernels.uniform.compute import code3_expr
 from qcompile.kernels.uniform.spec import UniformSpec
 
@@ -123,6 +124,10 @@ def code_minus_zero(qweight, zeros, g, k, n, bits: int):
 
 def uniform_compute_cuda(spec: UniformSpec):
     """The CUDA PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes)."""
+    if spec.act_order:
+        raise SpecError(
+            f"{spec.name()}: the fused act_order gather (act_order=True) has no CUDA form; use "
+            "act_order=False: prepare reorders act_order weights and the call gathers x first")
     return uniform_compute_cuda_for(
         m=spec.m, k=spec.k, n=spec.n, groups=spec.groups, rows=spec.packed_rows, bits=spec.bits,
         group_size=spec.effective_group_size, dtype=spec.dtype, attrs=spec.func_attrs())
