@@ -19,19 +19,18 @@ What happens when a spec has no tuned record is the caller's explicit choice (``
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from pathlib import Path
 
 from qcompile.errors import NoRecordError, SpecError
+from tuning_db.url import cache_dir
 
 ON_MISSING = ("error", "untuned", "tune")
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "qcompile" / "kernels"
+    return cache_dir() / "kernels"
 
 
 class KernelCache:
@@ -74,7 +73,7 @@ class KernelCache:
         from tuning_db.database import SqlDatabase
 
         target = _tvm.Target(self.preset.tvm_target(self.preset.hardware()))
-        mod = _tvm.normalize_mod(family_of(spec).compute(spec))
+        mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, self.preset.kind))
         return SqlDatabase(self.storage, target).best(mod)
 
     def has_record(self, spec) -> bool:
