@@ -64,6 +64,8 @@ from qcompile._tvm import Schedule
 from qcompile.kernels.uniform.compute import fields_per_word
 from qcompile.kernels.uniform.spec import UniformSpec
 from schedules.cuda.common import (
+    K_IN_LANES,
+    K_IN_WARPS,
     VECTOR_BYTES,
     WarpLanes,
     load_to_registers,
@@ -156,10 +158,12 @@ def _stream_words(sch: Schedule, block, loops, lanes: WarpLanes, rv: dict) -> No
     sch.annotate(words, "pragma_unroll_explicit", 1)
 
 
-def _group_lanes(sch: Schedule, spec: UniformSpec, lanes: WarpLanes, rv: dict):
-    """Layout ``group_lanes``; returns (block loop, group loop, the block reading x, words loop)."""
+def _group_lanes(sch: Schedule, spec: UniformSpec, lanes: WarpLanes, rv: dict,
+                 axes=K_IN_LANES):
+    """Layout ``group_lanes`` (K lanes on the thread axes ``axes``); returns (block loop,
+    group loop, the block reading x, words loop)."""
     combine = sch.get_sblock("combine")
-    layout = warp_gemv(sch, combine, lanes)
+    layout = warp_gemv(sch, combine, lanes, axes)
     if spec.dtype != "float32":
         # combine accumulates in float32 registers; the cast happens as the sum is written.
         sch.set_scope(combine, 0, "local")
@@ -226,11 +230,11 @@ def _word_lanes(sch: Schedule, spec: UniformSpec, lanes: WarpLanes, rv: dict):
 
 
 def _stage_x(sch: Schedule, spec: UniformSpec, x_stage: str, lanes: WarpLanes, block_loop,
-             group_loop, words) -> None:
+             group_loop, words, axes=K_IN_LANES) -> None:
     """Place ``scale_x`` (x times the field factors) per the sketch's staging."""
     scale_x = sch.get_sblock("scale_x")
-    threads = [("threadIdx.z", lanes.m_lanes), ("threadIdx.y", lanes.n_lanes),
-               ("threadIdx.x", lanes.k_lanes)]
+    extents = dict(zip(axes, (lanes.m_lanes, lanes.n_lanes, lanes.k_lanes), strict=True))
+    threads = [(tag, extents[tag]) for tag in ("threadIdx.z", "threadIdx.y", "threadIdx.x")]
     x_vec = 4 if spec.k % 4 == 0 else 1
     if x_stage == "x_block":
         stage_in_shared(sch, scale_x, block_loop, threads, x_vec)
@@ -247,21 +251,39 @@ def _stage_x(sch: Schedule, spec: UniformSpec, x_stage: str, lanes: WarpLanes, b
         raise ValueError(f"unknown x staging {x_stage!r}; known: x_block, x_chunk, x_registers")
 
 
+#: Suffix of the sketches whose K lanes are warps (``group_lanes`` only): a warp's threads run
+#: over N (``threadIdx.x``), so each 128-bit load instruction of a warp reads whole rows and
+#: every thread of a warp needs the same x (a broadcast, no shared-memory bank conflicts);
+#: the K lanes (``threadIdx.y``) meet through shared memory once per output.
+K_WARPS = "+k_warps"
+
+
 def sketch(sch: Schedule, spec: UniformSpec, hw: GpuHardware, x_stage: str,
            fixed: dict | None = None) -> Schedule:
-    """One sketch: ``spec``'s layout (:func:`layout_for`) with x staged per ``x_stage``; knobs
+    """One sketch: ``spec``'s layout (:func:`layout_for`) with x staged per ``x_stage`` (a
+    name of :data:`X_STAGES`, with :data:`K_WARPS` appended for K lanes across warps); knobs
     sampled, or pinned by ``fixed`` ({knob: value})."""
+    k_warps = x_stage.endswith(K_WARPS)
+    x_stage = x_stage.removesuffix(K_WARPS)
+    axes = K_IN_WARPS if k_warps else K_IN_LANES
     lanes, rv = _sample(sch, spec, fixed)
     layout = layout_for(spec)
     if layout == "word_lanes" and x_stage == "x_chunk":
         raise ValueError("x_chunk stages x per step of the group loop: group_lanes only")
-    place = _group_lanes if layout == "group_lanes" else _word_lanes
-    block_loop, group_loop, _, words = place(sch, spec, lanes, rv)
-    _stage_x(sch, spec, x_stage, lanes, block_loop, group_loop, words)
+    if layout == "word_lanes" and k_warps:
+        raise ValueError(f"{K_WARPS}: K lanes across warps need group_lanes (G >= "
+                         f"{WORD_LANES_BELOW_GROUPS}); {spec.name()} has {spec.groups} groups")
+    if layout == "group_lanes":
+        block_loop, group_loop, _, words = _group_lanes(sch, spec, lanes, rv, axes)
+    else:
+        block_loop, group_loop, _, words = _word_lanes(sch, spec, lanes, rv)
+    _stage_x(sch, spec, x_stage, lanes, block_loop, group_loop, words, axes)
     return sch
 
 
-SKETCHES = {name: partial(sketch, x_stage=name) for name in ("x_block", "x_chunk", "x_registers")}
+X_STAGES = ("x_block", "x_chunk", "x_registers")
+SKETCHES = {name + suffix: partial(sketch, x_stage=name + suffix)
+            for suffix in ("", K_WARPS) for name in X_STAGES}
 
 
 def sketches_for(spec: UniformSpec, hw: GpuHardware) -> list[str]:
@@ -272,6 +294,8 @@ def sketches_for(spec: UniformSpec, hw: GpuHardware) -> list[str]:
     if layout_for(spec) == "group_lanes":
         names.append("x_chunk")
     names.append("x_registers")
+    if layout_for(spec) == "group_lanes":
+        names += [name + K_WARPS for name in names]
     return names
 
 
