@@ -299,8 +299,55 @@ def sketches_for(spec: UniformSpec, hw: GpuHardware) -> list[str]:
     return names
 
 
+#: Threads per block of the heuristic ``+k_warps`` layout (8 warps: several blocks per SM, so
+#: the grid's tail and the SMs' shares stay even).
+HEURISTIC_BLOCK_THREADS = 256
+#: Blocks per SM the heuristic wants before it widens a warp's share of N.
+HEURISTIC_BLOCKS_PER_SM = 4
+#: Packed rows each thread has in flight (x 16 bytes) with one row of activations per thread.
+HEURISTIC_LOAD_WORDS = 8
+
+
 def heuristic_knobs(spec: UniformSpec, hw: GpuHardware) -> tuple[str, dict[str, int]]:
     """A sketch and knob values that are valid and reasonable without tuning (build_untuned).
+
+    With groups enough (``group_lanes``), K lanes across warps (``+k_warps``): each thread owns
+    4 columns and at most 4 rows of M (more rows over ``threadIdx.z``); ``n_lanes`` threads of a
+    warp share a packed row (32 when the grid still has :data:`HEURISTIC_BLOCKS_PER_SM` blocks
+    per SM, else 16 or 8: 128 contiguous bytes at least); K lanes fill a block of
+    :data:`HEURISTIC_BLOCK_THREADS`; each thread keeps ``8 / rows`` (at least 1) 128-bit loads
+    in flight; x in registers for one row per thread (a warp-uniform load), else in shared
+    memory per step (``x_chunk``) where that fits.
+    """
+    if layout_for(spec) == "word_lanes":
+        return _heuristic_word_lanes(spec, hw)
+    cands = knob_candidates(spec)
+    m_lanes = min(v for v in cands["m_lanes"] if spec.m // v <= 4)
+    rows = spec.m // m_lanes
+    columns = spec.n // vector_width(spec)
+    fitting = [v for v in cands["n_lanes"] if v <= 32]
+    n_lanes = fitting[-1]
+    for v in sorted(fitting, reverse=True):
+        n_lanes = v
+        if v <= 8 or columns // v >= HEURISTIC_BLOCKS_PER_SM * hw.sm_count:
+            break
+    k_lanes = max([v for v in cands["k_lanes"]
+                   if v * n_lanes * m_lanes <= HEURISTIC_BLOCK_THREADS] or [1])
+    # At most 32 registers of packed words and 64 of x in flight (3-bit units are 3 words).
+    unit_registers = (3 if spec.bits == 3 else 1) * vector_width(spec)
+    load_words = max([v for v in cands["load_words"]
+                      if v <= max(1, HEURISTIC_LOAD_WORDS // rows) and v * unit_registers <= 32
+                      and v * fields_per_word(spec.bits) * rows <= 64] or [1])
+    knobs = {"k_lanes": k_lanes, "n_lanes": n_lanes, "n_vecs": 1, "m_lanes": m_lanes,
+             "load_words": load_words, "unroll": 64}
+    chunk = spec.m * k_lanes * spec.effective_group_size * 4
+    if rows > 1 and chunk <= hw.shared_memory_per_block_bytes:
+        return "x_chunk" + K_WARPS, knobs
+    return "x_registers" + K_WARPS, knobs
+
+
+def _heuristic_word_lanes(spec: UniformSpec, hw: GpuHardware) -> tuple[str, dict[str, int]]:
+    """The heuristic of the ``word_lanes`` layout (K lanes within a warp).
 
     128-thread blocks; K lanes raised until the grid has 512 threads per SM (a quarter of what
     an SM holds: enough loads in flight with ``load_words`` 128-bit loads each), or the lanes
