@@ -52,8 +52,8 @@ def builtin_variants(m: int) -> list[dict]:
     for m_lanes in sorted({1, 2, max(1, m // 4)}):
         rows = m // m_lanes
         k_lanes = min(32, 256 // (8 * m_lanes))
-        out += [{"sketch": "x_registers" + kw, "knobs": knobs(k_lanes, 8, m_lanes, lw)}
-                for lw in (1, 2, 4) if rows * lw * 8 <= 128]
+        out += [{"sketch": "x_registers" + kw, "knobs": knobs(k_lanes, 8, m_lanes, lw, nv)}
+                for lw in (1, 2, 4) for nv in (1, 2) if rows * lw * 8 <= 64 * nv]
         chunk_lanes = max(v for v in (2, 4, 8) if m * v * 128 * 4 <= 48 * 1024)
         out.append({"sketch": "x_chunk" + kw, "knobs": knobs(chunk_lanes, 32, m_lanes, 2)})
     return out

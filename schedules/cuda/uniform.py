@@ -312,33 +312,37 @@ def heuristic_knobs(spec: UniformSpec, hw: GpuHardware) -> tuple[str, dict[str, 
     """A sketch and knob values that are valid and reasonable without tuning (build_untuned).
 
     With groups enough (``group_lanes``), K lanes across warps (``+k_warps``): each thread owns
-    4 columns and at most 4 rows of M (more rows over ``threadIdx.z``); ``n_lanes`` threads of a
-    warp share a packed row (32 when the grid still has :data:`HEURISTIC_BLOCKS_PER_SM` blocks
-    per SM, else 16 or 8: 128 contiguous bytes at least); K lanes fill a block of
-    :data:`HEURISTIC_BLOCK_THREADS`; each thread keeps ``8 / rows`` (at least 1) 128-bit loads
-    in flight; x in registers for one row per thread (a warp-uniform load), else in shared
-    memory per step (``x_chunk``) where that fits.
+    4 columns (8 past M = 4) and at most 4 rows of M (more rows over ``threadIdx.z``);
+    ``n_lanes`` threads of a warp share a packed row (32 while the grid keeps
+    :data:`HEURISTIC_BLOCKS_PER_SM` blocks per SM, else 16 or 8: 128 contiguous bytes; fewer
+    only to give every SM a block); K lanes fill a block of :data:`HEURISTIC_BLOCK_THREADS`;
+    each thread keeps ``8 / rows`` (at least 1) 128-bit loads in flight; x in shared memory per
+    step (``x_chunk``) for several rows per thread where that fits, else in registers (one load
+    shared by the warp's threads over N).
     """
     if layout_for(spec) == "word_lanes":
         return _heuristic_word_lanes(spec, hw)
     cands = knob_candidates(spec)
     m_lanes = min(v for v in cands["m_lanes"] if spec.m // v <= 4)
     rows = spec.m // m_lanes
-    columns = spec.n // vector_width(spec)
-    fitting = [v for v in cands["n_lanes"] if v <= 32]
+    # Past M = 4 the FMAs dominate: 8 columns per thread halve the work per row of x.
+    n_vecs = 2 if spec.m > 4 and 2 in cands["n_vecs"] else 1
+    columns = spec.n // (vector_width(spec) * n_vecs)
+    fitting = [v for v in cands["n_lanes"] if v <= 32 and columns % v == 0]
     n_lanes = fitting[-1]
     for v in sorted(fitting, reverse=True):
         n_lanes = v
-        if v <= 8 or columns // v >= HEURISTIC_BLOCKS_PER_SM * hw.sm_count:
+        blocks = columns // v
+        if blocks >= HEURISTIC_BLOCKS_PER_SM * hw.sm_count or (v <= 8 and blocks >= hw.sm_count):
             break
     k_lanes = max([v for v in cands["k_lanes"]
                    if v * n_lanes * m_lanes <= HEURISTIC_BLOCK_THREADS] or [1])
     # At most 32 registers of packed words and 64 of x in flight (3-bit units are 3 words).
-    unit_registers = (3 if spec.bits == 3 else 1) * vector_width(spec)
+    unit_registers = (3 if spec.bits == 3 else 1) * vector_width(spec) * n_vecs
     load_words = max([v for v in cands["load_words"]
                       if v <= max(1, HEURISTIC_LOAD_WORDS // rows) and v * unit_registers <= 32
                       and v * fields_per_word(spec.bits) * rows <= 64] or [1])
-    knobs = {"k_lanes": k_lanes, "n_lanes": n_lanes, "n_vecs": 1, "m_lanes": m_lanes,
+    knobs = {"k_lanes": k_lanes, "n_lanes": n_lanes, "n_vecs": n_vecs, "m_lanes": m_lanes,
              "load_words": load_words, "unroll": 64}
     chunk = spec.m * k_lanes * spec.effective_group_size * 4
     if rows > 1 and chunk <= hw.shared_memory_per_block_bytes:
