@@ -135,9 +135,10 @@ def x_block_fits(spec: UniformSpec, hw: GpuHardware) -> bool:
     return spec.m * spec.k * 4 <= hw.shared_memory_per_block_bytes
 
 
-def _sample(sch: Schedule, spec: UniformSpec, fixed: dict | None) -> tuple[WarpLanes, dict]:
+def _sample(sch: Schedule, spec: UniformSpec, fixed: dict | None,
+            prior: dict | None = None) -> tuple[WarpLanes, dict]:
     cands = knob_candidates(spec)
-    rv = {name: choose(sch, name, cands[name], fixed) for name in _KNOBS}
+    rv = {name: choose(sch, name, cands[name], fixed, prior) for name in _KNOBS}
     lanes = WarpLanes(m_lanes=rv["m_lanes"], n_lanes=rv["n_lanes"], k_lanes=rv["k_lanes"],
                       n_vecs=rv["n_vecs"], vec=vector_width(spec))
     return lanes, rv
@@ -259,14 +260,14 @@ K_WARPS = "+k_warps"
 
 
 def sketch(sch: Schedule, spec: UniformSpec, hw: GpuHardware, x_stage: str,
-           fixed: dict | None = None) -> Schedule:
+           fixed: dict | None = None, prior: dict | None = None) -> Schedule:
     """One sketch: ``spec``'s layout (:func:`layout_for`) with x staged per ``x_stage`` (a
     name of :data:`X_STAGES`, with :data:`K_WARPS` appended for K lanes across warps); knobs
-    sampled, or pinned by ``fixed`` ({knob: value})."""
+    sampled (``prior``: {knob: value} sampled more often), or pinned by ``fixed``."""
     k_warps = x_stage.endswith(K_WARPS)
     x_stage = x_stage.removesuffix(K_WARPS)
     axes = K_IN_WARPS if k_warps else K_IN_LANES
-    lanes, rv = _sample(sch, spec, fixed)
+    lanes, rv = _sample(sch, spec, fixed, prior)
     layout = layout_for(spec)
     if layout == "word_lanes" and x_stage == "x_chunk":
         raise ValueError("x_chunk stages x per step of the group loop: group_lanes only")
@@ -386,5 +387,10 @@ def heuristic_schedule(sch: Schedule, spec: UniformSpec, hw: GpuHardware) -> Sch
 
 
 def design_space(sch: Schedule, spec: UniformSpec, hw: GpuHardware) -> list[Schedule]:
-    """Every applicable sketch on a copy of ``sch``, its knobs left as sampled decisions."""
-    return [sketch(sch.copy(), spec, hw, name) for name in sketches_for(spec, hw)]
+    """Every applicable sketch on a copy of ``sch``, its knobs left as sampled decisions, then
+    the heuristic's sketch again with its knobs as priors (:func:`schedules.knobs.choose`), so
+    the search starts from the untuned kernel and its neighbours as often as from anywhere."""
+    spaces = [sketch(sch.copy(), spec, hw, name) for name in sketches_for(spec, hw)]
+    name, knobs = heuristic_knobs(spec, hw)
+    spaces.append(sketch(sch.copy(), spec, hw, name, prior=knobs))
+    return spaces

@@ -140,3 +140,20 @@ def test_k_warps_needs_group_lanes():
     spec = UniformSpec(k=1024, n=256, group_size=-1)
     with pytest.raises(ValueError, match=r"\+k_warps: K lanes across warps need group_lanes"):
         uniform.sketch(_tvm.Schedule(_mod(spec)), spec, HW, "x_registers+k_warps")
+
+
+def test_last_space_favours_the_heuristic_knobs():
+    spec = UniformSpec(k=8192, n=28672, m=1)
+    spaces = uniform.design_space(_tvm.Schedule(_mod(spec), seed=1), spec, HW)
+    assert len(spaces) == len(uniform.sketches_for(spec, HW)) + 1
+    _, chosen = uniform.heuristic_knobs(spec, HW)
+    cands = uniform.knob_candidates(spec)
+    sampled = [inst for inst in spaces[-1].trace.insts if inst.kind.name == "SampleCategorical"]
+    assert len(sampled) == len(chosen)
+    for inst, (name, value) in zip(sampled, chosen.items(), strict=True):
+        values = [int(v) for v in inst.attrs[0]]
+        probs = [float(p) for p in inst.attrs[1]]
+        assert values == cands[name]
+        if len(values) > 1:
+            assert probs[values.index(value)] == knobs.PRIOR_WEIGHT
+            assert abs(sum(probs) - 1) < 1e-9
