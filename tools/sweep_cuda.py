@@ -54,8 +54,10 @@ def builtin_variants(m: int) -> list[dict]:
         k_lanes = min(32, 256 // (8 * m_lanes))
         out += [{"sketch": "x_registers" + kw, "knobs": knobs(k_lanes, 8, m_lanes, lw, nv)}
                 for lw in (1, 2, 4) for nv in (1, 2) if rows * lw * 8 <= 64 * nv]
-        chunk_lanes = max(v for v in (2, 4, 8) if m * v * 128 * 4 <= 48 * 1024)
-        out.append({"sketch": "x_chunk" + kw, "knobs": knobs(chunk_lanes, 32, m_lanes, 2)})
+        # x in shared memory per group step: no x registers, so more loads in flight.
+        chunk_lanes = max(v for v in (1, 2, 4, 8, 16) if m * v * 128 * 4 <= 48 * 1024)
+        out += [{"sketch": "x_chunk" + kw, "knobs": knobs(chunk_lanes, n, m_lanes, lw)}
+                for n, lw in ((32, 2), (8, 8))]
     return out
 
 
