@@ -305,50 +305,63 @@ def sketches_for(spec: UniformSpec, hw: GpuHardware) -> list[str]:
 HEURISTIC_BLOCK_THREADS = 256
 #: Blocks per SM the heuristic wants before it widens a warp's share of N.
 HEURISTIC_BLOCKS_PER_SM = 4
-#: Packed rows each thread has in flight (x 16 bytes) with one row of activations per thread.
+#: Packed rows each thread has in flight (x 16 bytes) with x in shared memory or one row of it.
 HEURISTIC_LOAD_WORDS = 8
+#: Shared memory for x per block past M = 1 (``x_chunk``): M x k_lanes groups of float32, at
+#: most this, so that several blocks share an SM.
+HEURISTIC_CHUNK_BYTES = 32 * 1024
 
 
 def heuristic_knobs(spec: UniformSpec, hw: GpuHardware) -> tuple[str, dict[str, int]]:
     """A sketch and knob values that are valid and reasonable without tuning (build_untuned).
 
-    With groups enough (``group_lanes``), K lanes across warps (``+k_warps``): each thread owns
-    4 columns (8 past M = 4) and at most 4 rows of M (more rows over ``threadIdx.z``);
+    With groups enough (``group_lanes``), K lanes across warps (``+k_warps``). At M = 1, x in
+    registers (one load shared by the warp's threads over N); past M = 1, x staged in shared
+    memory per group step (``x_chunk``: nvcc reads it back with 128-bit loads, already scaled,
+    where registers would cost a multiply per value and row) in at most
+    :data:`HEURISTIC_CHUNK_BYTES`, up to 8 rows of M per thread (more over ``threadIdx.z``).
     ``n_lanes`` threads of a warp share a packed row (32 while the grid keeps
     :data:`HEURISTIC_BLOCKS_PER_SM` blocks per SM, else 16 or 8: 128 contiguous bytes; fewer
     only to give every SM a block); K lanes fill a block of :data:`HEURISTIC_BLOCK_THREADS`;
-    each thread keeps ``8 / rows`` (at least 1) 128-bit loads in flight; x in shared memory per
-    step (``x_chunk``) for several rows per thread where that fits, else in registers (one load
-    shared by the warp's threads over N).
+    :data:`HEURISTIC_LOAD_WORDS` 128-bit loads in flight per thread (fewer where x sits in
+    registers, to keep everything in registers). Where the chunk cannot fit (M x 128 x 4 bytes
+    over the limit), x in registers with at most 4 rows and 8 columns per thread.
     """
     if layout_for(spec) == "word_lanes":
         return _heuristic_word_lanes(spec, hw)
     cands = knob_candidates(spec)
-    m_lanes = min(v for v in cands["m_lanes"] if spec.m // v <= 4)
+
+    def chunk_bytes(k_lanes: int) -> int:
+        return spec.m * k_lanes * spec.effective_group_size * 4
+
+    staged = spec.m > 1 and chunk_bytes(1) <= HEURISTIC_CHUNK_BYTES
+    m_lanes = min(v for v in cands["m_lanes"] if spec.m // v <= (8 if staged else 4))
     rows = spec.m // m_lanes
-    # Past M = 4 the FMAs dominate: 8 columns per thread halve the work per row of x.
-    n_vecs = 2 if spec.m > 4 and 2 in cands["n_vecs"] else 1
+    # x in registers past M = 4: 8 columns per thread halve the x work per weight.
+    n_vecs = 2 if not staged and spec.m > 4 and 2 in cands["n_vecs"] else 1
     columns = spec.n // (vector_width(spec) * n_vecs)
     fitting = [v for v in cands["n_lanes"] if v <= 32 and columns % v == 0]
-    n_lanes = fitting[-1]
-    for v in sorted(fitting, reverse=True):
+    wide = [v for v in fitting if v >= 4] or fitting       # 64 contiguous bytes at least
+    n_lanes = wide[0]
+    for v in sorted(wide, reverse=True):
         n_lanes = v
         blocks = columns // v
         if blocks >= HEURISTIC_BLOCKS_PER_SM * hw.sm_count or (v <= 8 and blocks >= hw.sm_count):
             break
     k_lanes = max([v for v in cands["k_lanes"]
-                   if v * n_lanes * m_lanes <= HEURISTIC_BLOCK_THREADS] or [1])
+                   if v * n_lanes * m_lanes <= HEURISTIC_BLOCK_THREADS
+                   and (not staged or chunk_bytes(v) <= HEURISTIC_CHUNK_BYTES)] or [1])
     # At most 32 registers of packed words and 64 of x in flight (3-bit units are 3 words).
     unit_registers = (3 if spec.bits == 3 else 1) * vector_width(spec) * n_vecs
-    load_words = max([v for v in cands["load_words"]
-                      if v <= max(1, HEURISTIC_LOAD_WORDS // rows) and v * unit_registers <= 32
-                      and v * fields_per_word(spec.bits) * rows <= 64] or [1])
+    x_registers = 0 if staged else fields_per_word(spec.bits) * rows
+    most = HEURISTIC_LOAD_WORDS if staged else max(1, HEURISTIC_LOAD_WORDS // rows)
+    if spec.bits == 3:  # codes straddle words: two 3-word units in flight spill (ptxas)
+        most = 1
+    load_words = max([v for v in cands["load_words"] if v <= most and v * unit_registers <= 32
+                      and v * x_registers <= 64] or [1])
     knobs = {"k_lanes": k_lanes, "n_lanes": n_lanes, "n_vecs": n_vecs, "m_lanes": m_lanes,
              "load_words": load_words, "unroll": 64}
-    chunk = spec.m * k_lanes * spec.effective_group_size * 4
-    if rows > 1 and chunk <= hw.shared_memory_per_block_bytes:
-        return "x_chunk" + K_WARPS, knobs
-    return "x_registers" + K_WARPS, knobs
+    return ("x_chunk" if staged else "x_registers") + K_WARPS, knobs
 
 
 def _heuristic_word_lanes(spec: UniformSpec, hw: GpuHardware) -> tuple[str, dict[str, int]]:

@@ -105,11 +105,12 @@ def test_16_bit_activations_cast_in_and_out(monkeypatch, dtype, tolerance, group
     assert relative_error(y, ref) < tolerance
 
 
-def test_heuristic_schedule_is_correct_at_m16():
-    spec = UniformSpec(k=1024, n=256, bits=4, group_size=128, m=16)
+@pytest.mark.parametrize("m", [4, 16])
+def test_heuristic_schedule_is_correct(m):
+    spec = UniformSpec(k=1024, n=256, bits=4, group_size=128, m=m)
     mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
     sch = uniform.heuristic_schedule(_tvm.Schedule(mod), spec, HW)
-    y, ref = run_emulated(spec, sch, seed=16)
+    y, ref = run_emulated(spec, sch, seed=m)
     assert relative_error(y, ref) < 1e-5
 
 
