@@ -92,14 +92,16 @@ def test_emulated_kernel_matches_reference(sketch, bits, group_size, m, k, n, ov
     assert relative_error(y, ref) < 1e-5
 
 
-@pytest.mark.parametrize("group_size", [64, -1], ids=["group_lanes", "word_lanes"])
+@pytest.mark.parametrize("group_size,sketch", [(64, "x_registers"), (64, "x_chunk+k_warps"),
+                                               (-1, "x_registers")],
+                         ids=["group_lanes", "group_lanes-k_warps", "word_lanes"])
 @pytest.mark.parametrize("dtype,tolerance", [("float16", 2e-3), ("bfloat16", 1e-2)])
-def test_16_bit_activations_cast_in_and_out(monkeypatch, dtype, tolerance, group_size):
+def test_16_bit_activations_cast_in_and_out(monkeypatch, dtype, tolerance, group_size, sketch):
     # The spec admits 16-bit dtypes once the uniform family's dtype work lands; the CUDA compute
     # and design space already handle them (x cast to float32 inside, y cast back on store).
     monkeypatch.setattr(spec_module, "ACTIVATION_DTYPES", ("float32", "float16", "bfloat16"))
     spec = UniformSpec(k=512, n=256, bits=4, group_size=group_size, m=2, dtype=dtype)
-    sch = schedule(spec, "x_registers", KNOBS)
+    sch = schedule(spec, sketch, KNOBS)
     assert "store" in sch.mod.script()
     y, ref = run_emulated(spec, sch, seed=7)
     assert relative_error(y, ref) < tolerance
