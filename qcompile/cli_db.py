@@ -64,10 +64,8 @@ def _matches(summary, args) -> bool:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from sqlalchemy import func, select
-
     from tuning_db import schema
-    from tuning_db.models import STATUS_OK, RecordRow
+    from tuning_db.models import STATUS_OK
 
     storage = _storage(args, check_schema=False)
     with storage.engine.connect() as connection:
@@ -83,14 +81,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     ok = storage.count_records(status=STATUS_OK)
     print(f"records    {storage.count_records()} ({ok} ok)")
 
-    def who(session):
-        query = (select(RecordRow.user, RecordRow.host, RecordRow.device_model,
-                        func.count(RecordRow.id), func.max(RecordRow.created_at))
-                 .group_by(RecordRow.user, RecordRow.host, RecordRow.device_model)
-                 .order_by(func.count(RecordRow.id).desc()))
-        return session.execute(query).all()
-
-    for user, host, device, count, newest in storage._run(who):
+    for user, host, device, count, newest in storage.contributors():
         print(f"  {count:6d} by {user or '?'}@{host or '?'} ({device or '?'}), newest {newest}")
     return 0
 

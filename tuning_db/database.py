@@ -167,12 +167,13 @@ class SqlDatabase(ms.database.PyDatabase):
         return out[:k]
 
     def measured(self, mod, target=None) -> int:
-        """Records (every status) of ``mod`` over every layer: the trials already spent."""
+        """Records (every status, this TVM series) of ``mod`` over every layer: the trials
+        already spent."""
         total = 0
         for layer in range(len(self.readers)):
             info = self._found_in(layer, mod, target)
             if info is not None:
-                total += self.readers[layer].count_records(info.id)
+                total += self.readers[layer].count_records(info.id, tvm_series=self.tvm_series)
         return total
 
     def _to_tuning_record(self, record: RecordInfo, workload: Workload) -> TuningRecord:

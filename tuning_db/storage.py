@@ -423,9 +423,13 @@ class Storage:
 
         return self._run(work)
 
-    def count_records(self, workload_id: int | None = None, status: str | None = None) -> int:
+    def count_records(self, workload_id: int | None = None, status: str | None = None,
+                      tvm_series: str | None = None) -> int:
         def work(session):
             query = select(func.count(RecordRow.id))
+            if tvm_series:
+                query = query.where((RecordRow.tvm_version == tvm_series)
+                                    | RecordRow.tvm_version.startswith(f"{tvm_series}."))
             if workload_id is not None:
                 query = query.where(RecordRow.workload_id == workload_id)
             if status is not None:
@@ -436,6 +440,18 @@ class Storage:
 
     def count_workloads(self) -> int:
         return self._run(lambda session: int(session.scalar(select(func.count(WorkloadRow.id)))))
+
+    def contributors(self) -> list[tuple[str, str, str, int, datetime | None]]:
+        """(user, host, device model, records, newest creation time), most records first."""
+        def work(session):
+            count = func.count(RecordRow.id)
+            query = (select(RecordRow.user, RecordRow.host, RecordRow.device_model, count,
+                            func.max(RecordRow.created_at))
+                     .group_by(RecordRow.user, RecordRow.host, RecordRow.device_model)
+                     .order_by(count.desc()))
+            return [tuple(row) for row in session.execute(query)]
+
+        return self._run(work)
 
     # ---- maintenance -----------------------------------------------------------------------
 
