@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from qcompile.errors import SpecError
 from qcompile.kernels.base import KernelSpec
+from schedules.cpu import bcq as cpu_bcq
 from schedules.cpu import uniform as cpu_uniform
 from schedules.cuda import uniform as cuda_uniform
 
@@ -19,6 +20,7 @@ DesignSpace = Callable  # (Schedule, spec, hardware) -> list[Schedule]
 _SPACES: dict[tuple[str, str], DesignSpace] = {
     ("uniform", "cpu"): cpu_uniform.design_space,
     ("uniform", "cuda"): cuda_uniform.design_space,
+    ("bcq", "cpu"): cpu_bcq.design_space,
 }
 
 #: A valid, reasonable schedule without tuning, where seeded sampling could pick an invalid one
