@@ -118,7 +118,7 @@ def bcq_compute(spec: BcqSpec):
                 vm, vn, vg = T.axis.remap("SSR", [m, n, g])
                 with T.init():
                     y[vm, vn] = T.float32(0)
-                y[vm, vn] = y[vm, vn] + planes_sum(alpha, dot, vm, vg, vn, Q) + (
-                    z[vg, vn] * x_sum[vm, vg])
+                y[vm, vn] = y[vm, vn] + (planes_sum(alpha, dot, vm, vg, vn, Q)
+                                         + z[vg, vn] * x_sum[vm, vg])
 
     return bcq_gemm
