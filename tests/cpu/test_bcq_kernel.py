@@ -34,10 +34,16 @@ def relative_error(y, ref):
     return float(np.abs(np.asarray(y, dtype=np.float64) - ref).max() / np.abs(ref).max())
 
 
-@pytest.mark.parametrize(("mu", "group_size", "m"), [(8, 128, 1), (4, 64, 2), (3, -1, 1),
-                                                     (2, 32, 3), (5, 160, 1)])
-@pytest.mark.parametrize("sketch", cpu_bcq.SKETCHES, ids=lambda s: s.__name__)
-def test_kernel_matches_reference(avx2, sketch, mu, group_size, m):
+CASES = [(8, 128, 1), (4, 64, 2), (3, -1, 1), (2, 32, 3), (5, 160, 1)]
+SKETCH_CASES = [(cpu_bcq.vector_lookup, case) for case in CASES] + [
+    (sketch, case) for sketch in (cpu_bcq.scalar_lookup, cpu_bcq.k_blocked)
+    for case in (CASES[0], CASES[2])]
+
+
+@pytest.mark.parametrize(("sketch", "case"), SKETCH_CASES,
+                         ids=[f"{s.__name__}-mu{c[0]}-g{c[1]}-m{c[2]}" for s, c in SKETCH_CASES])
+def test_kernel_matches_reference(avx2, sketch, case):
+    mu, group_size, m = case
     k = 320 if mu == 5 else 384 if mu == 3 else 512
     spec = BcqSpec(k=k, n=64, q=3, group_size=group_size, mu=mu, m=m)
     function = compile_fixed(spec, avx2, sketch)
@@ -137,8 +143,8 @@ def test_tune_build_load_through_the_cli(tmp_path, avx2):
         return result.stdout
 
     name = "bcq_q2_g64_mu4_k256_n128_m1_f32"
-    tuned = cli("tune", "--target", "avx2", *flags, "--trials", "6", "--quiet")
-    assert f"tuned {name} for avx2: 6 trials" in tuned
+    tuned = cli("tune", "--target", "avx2", *flags, "--trials", "2", "--quiet")
+    assert f"tuned {name} for avx2: 2 trials" in tuned
     cli("build", "--target", "avx2", *flags, "--out", str(tmp_path / "out"))
     so = tmp_path / "out" / f"{name}.so"
     assert json.loads(so.with_suffix(".json").read_text())["spec"]["mu"] == 4
