@@ -25,6 +25,10 @@ groups_per_block     ``combine`` g -> (blockIdx.y, groups in block)  l = groups 
 unroll               ``pragma_auto_unroll_max_step`` on the chunks   -
 ===================  ==============================================  ===========================
 
+Sketches: packed words loaded where their chunks are looked up, or (``stage_words``, for groups
+of at most 16 words per column over all planes, g <= 128 at q = 4, and mu dividing 32) a group's
+words loaded into registers first, all loads in flight at once.
+
 mu is the spec's (it shapes the tables: ``tools/tune_bcq_cuda.py`` tunes each mu as its own
 workload). Combinations over the block's shared memory or thread limits are dropped by
 ``VerifyGPUCode`` before they are built.
@@ -35,7 +39,7 @@ from __future__ import annotations
 from qcompile._tvm import Schedule
 from qcompile.formats.bcq import WORD_BITS
 from qcompile.kernels.bcq.spec import BcqSpec
-from schedules.cuda.common import loops_below, unroll
+from schedules.cuda.common import load_to_registers, loops_below, unroll
 from schedules.knobs import choose
 from targets.hardware import GpuHardware
 
@@ -45,6 +49,9 @@ GROUPS_PER_BLOCK = (1, 2, 4, 8, 16)
 UNROLL = (0, 16, 64)
 #: Static shared memory TVM may allocate per block.
 SHARED_BYTES = 48 * 1024
+
+#: Most packed words per column and group (all planes) that ``stage_words`` holds in registers.
+MAX_STAGED_WORDS = 16
 
 _KNOBS = ("threads", "cols", "groups_per_block", "unroll")
 
@@ -76,8 +83,27 @@ def chunks_per_word(spec: BcqSpec) -> int:
     return max(per_word, 1)
 
 
-def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = None) -> Schedule:
-    """The layout above; knobs sampled, or pinned by ``fixed`` ({knob: value})."""
+def can_stage_words(spec: BcqSpec) -> bool:
+    """Whether a group's packed words (all planes) are few enough to hold in registers, and
+    its chunks lie in whole words (mu divides 32: a straddling chunk's clamped next word gives
+    the staged region no constant extent)."""
+    return (WORD_BITS % spec.mu == 0
+            and spec.q * spec.effective_group_size // WORD_BITS <= MAX_STAGED_WORDS)
+
+
+def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = None,
+           stage_words: bool = False) -> Schedule:
+    """The layout above; knobs sampled, or pinned by ``fixed`` ({knob: value}).
+
+    ``stage_words`` loads a group's packed words of every plane into registers before its
+    lookups (all loads in flight at once; the chunk loop fully unrolled), for groups of at most
+    ``MAX_STAGED_WORDS`` words per column; otherwise each word is loaded where its chunks are
+    looked up.
+    """
+    if stage_words and not can_stage_words(spec):
+        raise ValueError(f"stage_words needs mu dividing 32 and q * group_size / 32 <= "
+                         f"{MAX_STAGED_WORDS}; {spec.name()} has mu={spec.mu}, "
+                         f"{spec.q * spec.effective_group_size // WORD_BITS} words")
     cands = knob_candidates(spec, hw)
     rv = {name: choose(sch, name, cands[name], fixed) for name in _KNOBS}
 
@@ -104,8 +130,12 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
     r_out, r_in = sch.split(d_r, factors=[None, chunks_per_word(spec)])
     sch.reorder(r_out, r_in, d_g, d_i, d_m, d_n)
     unroll(sch, r_in, d_g, d_i, d_m, d_n)
-    sch.annotate(r_out, "pragma_auto_unroll_max_step", rv["unroll"])
-    sch.annotate(r_out, "pragma_unroll_explicit", 1)
+    if stage_words:
+        load_to_registers(sch, dot, "planes", g_in, 1)
+        sch.unroll(r_out)
+    else:
+        sch.annotate(r_out, "pragma_auto_unroll_max_step", rv["unroll"])
+        sch.annotate(r_out, "pragma_unroll_explicit", 1)
     sch.decompose_reduction(dot, r_out)
 
     # The slice's tables: shared memory, every thread of the block taking a share.
@@ -136,21 +166,31 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
 
 
 def heuristic_knobs(spec: BcqSpec, hw: GpuHardware) -> dict[str, int]:
-    """Valid, reasonable knobs without tuning: 128 threads of 4 outputs (t_h = 512), the most
-    groups per block whose tables fit in 16 KiB (several blocks per SM), unroll 16."""
+    """Valid, reasonable knobs without tuning.
+
+    A block builds ``2**mu * mu`` additions per table and does ``t_h * q`` lookups in it, so
+    ``t_h`` grows with the tables: about ``2**mu * mu`` outputs per block (2048 at mu = 8, the
+    paper's practical t_h; at least 128), up to 256 threads of up to 8 outputs; the most groups
+    per block whose tables fit in 16 KiB (several blocks per SM); unroll 16.
+    """
     cands = knob_candidates(spec, hw)
-    threads = 128 if 128 in cands["threads"] else max(cands["threads"])
-    cols = max([v for v in cands["cols"] if spec.n % (v * threads) == 0 and v <= 4] or [1])
+    want = max(128, (1 << spec.mu) * spec.mu)
+    threads = max([v for v in cands["threads"] if v <= min(256, want)] or [cands["threads"][0]])
+    cols = max([v for v in cands["cols"] if spec.n % (v * threads) == 0 and v * threads <= want]
+               or [1])
     groups = max([v for v in cands["groups_per_block"] if table_bytes(spec, v) <= 16 * 1024]
                  or [cands["groups_per_block"][0]])
     return {"threads": threads, "cols": cols, "groups_per_block": groups, "unroll": 16}
 
 
 def heuristic_schedule(sch: Schedule, spec: BcqSpec, hw: GpuHardware) -> Schedule:
-    """The schedule of :func:`heuristic_knobs` (a valid kernel without tuning)."""
-    return sketch(sch, spec, hw, heuristic_knobs(spec, hw))
+    """The schedule of :func:`heuristic_knobs` (a valid kernel without tuning), with the words
+    staged in registers where they fit."""
+    return sketch(sch, spec, hw, heuristic_knobs(spec, hw), stage_words=can_stage_words(spec))
 
 
 def design_space(sch: Schedule, spec: BcqSpec, hw: GpuHardware) -> list[Schedule]:
-    """One sketch, its knobs left as sampled decisions."""
-    return [sketch(sch.copy(), spec, hw)]
+    """The sketch with words loaded in place, and with words staged in registers where they
+    fit; knobs left as sampled decisions."""
+    stages = (False, True) if can_stage_words(spec) else (False,)
+    return [sketch(sch.copy(), spec, hw, stage_words=stage) for stage in stages]
