@@ -157,7 +157,7 @@ def spec_cli_args(spec: KernelSpec) -> str:
     args = [f"--family {data.pop('family')}"]
     if "k" in data and "n" in data:
         args.append(f"--shape {data.pop('k')}x{data.pop('n')}")
-    renames = {"group_size": "group-size", "m": "batch"}
+    renames = {"group_size": "group-size", "m": "batch", "q": "bits"}
     for key, value in data.items():
         args.append(f"--{renames.get(key, key).replace('_', '-')} {value}")
     return " ".join(args)

@@ -11,7 +11,9 @@ from collections.abc import Callable
 
 from qcompile.errors import SpecError
 from qcompile.kernels.base import KernelSpec
+from schedules.cpu import bcq as cpu_bcq
 from schedules.cpu import uniform as cpu_uniform
+from schedules.cuda import bcq as cuda_bcq
 from schedules.cuda import uniform as cuda_uniform
 
 DesignSpace = Callable  # (Schedule, spec, hardware) -> list[Schedule]
@@ -19,12 +21,15 @@ DesignSpace = Callable  # (Schedule, spec, hardware) -> list[Schedule]
 _SPACES: dict[tuple[str, str], DesignSpace] = {
     ("uniform", "cpu"): cpu_uniform.design_space,
     ("uniform", "cuda"): cuda_uniform.design_space,
+    ("bcq", "cpu"): cpu_bcq.design_space,
+    ("bcq", "cuda"): cuda_bcq.design_space,
 }
 
 #: A valid, reasonable schedule without tuning, where seeded sampling could pick an invalid one
 #: (GPU spaces: too many threads, too much shared memory). Others use the first sketch, seeded.
 _UNTUNED: dict[tuple[str, str], Callable] = {
     ("uniform", "cuda"): cuda_uniform.heuristic_schedule,
+    ("bcq", "cuda"): cuda_bcq.heuristic_schedule,
 }
 
 
