@@ -73,7 +73,7 @@ class MixedLayout:
         check_layout(self)
 
     @classmethod
-    def from_shares(cls, k: int, n: int, *, g1: int = 16, g2: int = 16, g4: int = 128,
+    def from_shares(cls, k: int, n: int, *, g1: int = 16, g2: int = 16, g4: int = 64,
                     four_bit_share: float = 0.25, outlier_share: float = 0.002) -> MixedLayout:
         """The layout with ``four_bit_share`` of the g1-groups in 4-bit (rounded to whole
         4-bit scale groups of g4 rows) and ``round(outlier_share * K * N)`` outliers."""

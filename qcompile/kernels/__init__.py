@@ -6,10 +6,12 @@ from typing import Any
 
 from qcompile.errors import SpecError
 from qcompile.kernels.base import KernelFamily, KernelSpec, PreparedWeights
+from qcompile.kernels.mixed import FAMILY as MIXED
+from qcompile.kernels.mixed import MixedSpec
 from qcompile.kernels.uniform import FAMILY as UNIFORM
 from qcompile.kernels.uniform import UniformSpec
 
-FAMILIES: dict[str, KernelFamily] = {family.name: family for family in (UNIFORM,)}
+FAMILIES: dict[str, KernelFamily] = {family.name: family for family in (UNIFORM, MIXED)}
 
 
 def get_family(name: str) -> KernelFamily:
@@ -35,6 +37,7 @@ __all__ = [
     "FAMILIES",
     "KernelFamily",
     "KernelSpec",
+    "MixedSpec",
     "PreparedWeights",
     "UniformSpec",
     "family_of",

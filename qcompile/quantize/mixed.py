@@ -148,16 +148,50 @@ def _quantize_2bit(w2: np.ndarray, g1: int, g2: int, excluded: np.ndarray | None
     return codes.reshape(k2, n), meta2, scale2, zero2, dequantized.reshape(k2, n)
 
 
-def _quantize_4bit(w4: np.ndarray, g4: int):
-    """4-bit part [K4, N] -> (codes [K4, N], scales4 float16, zeros4 uint8, dequantized)."""
-    k4, n = w4.shape
-    blocks = w4.reshape(k4 // g4, g4, n)
+def quantize_first_order(w: np.ndarray, rows: int, bits: int):
+    """Min/max quantization of w [R, N] in groups of ``rows`` rows (eq. 2-4), fp16 scales.
+
+    Returns (codes int64 [R, N], scales float16 [R/rows, N], zeros uint8 [R/rows, N],
+    dequantized float32 [R, N]).
+    """
+    r, n = w.shape
+    levels = (1 << bits) - 1
+    blocks = w.reshape(r // rows, rows, n)
     lo, hi = _ranges(blocks, None)
-    scale = ((hi - lo) / 15.0).astype(np.float16)
+    scale = ((hi - lo) / levels).astype(np.float16)
     s = scale.astype(np.float32)
-    codes, zero = _codes(blocks, s, lo, 15)
+    codes, zero = _codes(blocks, s, lo, levels)
     dequantized = (codes - zero[:, None]) * s[:, None]
-    return codes.reshape(k4, n), scale, zero.astype(np.uint8), dequantized.reshape(k4, n)
+    return codes.reshape(r, n), scale, zero.astype(np.uint8), dequantized.reshape(r, n)
+
+
+def quantize_2bit(w2: np.ndarray, g1: int, g2: int, nnz: int, hinv_diag: np.ndarray):
+    """The 2-bit part with second-order scales and ``nnz`` fp16 outliers.
+
+    Parameters
+    ----------
+    w2 : float32 [R, N]
+        The rows to quantize (R divisible by g1).
+    hinv_diag : float64 [R]
+        [H⁻¹]_kk of each row, for the outliers' saliency.
+
+    Returns
+    -------
+    (codes int64 [R, N], meta2 uint8, scale2 float16, zero2 uint8, dequantized float32 [R, N]
+    with the outliers' fp16 values in place, outlier mask bool [R, N] or None)
+    """
+    excluded = None
+    if nnz:
+        saliency = np.square(leave_one_out_error(w2, g1, 3), dtype=np.float64) / np.square(
+            hinv_diag)[:, None]
+        flat = np.argpartition(saliency.reshape(-1), -nnz)[-nnz:]
+        excluded = np.zeros(w2.size, dtype=bool)
+        excluded[flat] = True
+        excluded = excluded.reshape(w2.shape)
+    codes, meta2, scale2, zero2, dequantized = _quantize_2bit(w2, g1, g2, excluded)
+    if excluded is not None:
+        dequantized = np.where(excluded, w2.astype(np.float16).astype(np.float32), dequantized)
+    return codes, meta2, scale2, zero2, dequantized, excluded
 
 
 def _csr(rows: np.ndarray, columns: np.ndarray, values: np.ndarray, n: int, capacity: int):
@@ -223,16 +257,9 @@ def quantize(weight, layout: MixedLayout, *, x=None, h=None, damp: float = DAMP
     rows2, rows4 = rows[: layout.rows2], rows[layout.rows2:]
     w2, w4 = weight[rows2], weight[rows4]
 
-    excluded = None
-    if layout.nnz:
-        saliency = np.square(leave_one_out_error(w2, g1, 3), dtype=np.float64) / np.square(
-            hinv_diag[rows2])[:, None]
-        flat = np.argpartition(saliency.reshape(-1), -layout.nnz)[-layout.nnz:]
-        excluded = np.zeros(w2.size, dtype=bool)
-        excluded[flat] = True
-        excluded = excluded.reshape(w2.shape)
-    codes2, meta2, scale2, zero2, _ = _quantize_2bit(w2, g1, layout.g2, excluded)
-    codes4, scales4, zeros4, _ = _quantize_4bit(w4, layout.g4)
+    codes2, meta2, scale2, zero2, _, excluded = quantize_2bit(w2, g1, layout.g2, layout.nnz,
+                                                              hinv_diag[rows2])
+    codes4, scales4, zeros4, _ = quantize_first_order(w4, layout.g4, 4)
 
     if layout.nnz:
         storage_row, column = np.nonzero(excluded)

@@ -1,0 +1,95 @@
+"""CPU design space of the mixed family (llvm: AVX2 / AVX-512).
+
+One N tile at a time (``parallel`` over tiles): the tile's 2-bit groups stream through a
+register micro-kernel (uniform's: packed words outer, fields unrolled, AND, convert, FMA per
+vector of weights), each group's dot scaled once into a register accumulator with the
+second-order-dequantized scale; then the tile's 4-bit groups the same way into a second
+accumulator; then ``finish`` adds the two and walks each column's few CSR outliers. The weights
+are read once, in storage order; x (gathered into storage order once per call) stays in cache.
+
+Knobs (sampled decisions, replayable from a trace):
+
+==========  ==================================================================
+knob        TensorIR loop
+==========  ==================================================================
+lanes       innermost N loop, vectorized (fixed: the ISA's fp32 width)
+n_reg       N vectors of accumulators, unrolled (both parts)
+n_blk       N tiles per parallel task
+n_par       N tasks, ``parallel`` over the cores
+==========  ==================================================================
+"""
+
+from __future__ import annotations
+
+import math
+
+from qcompile._tvm import Schedule
+from qcompile.kernels.mixed.spec import MixedSpec
+from targets.hardware import CpuHardware
+
+#: Largest N tile of vector accumulators (two parts' accumulators share the registers in turn).
+MAX_N_REG = 8
+
+_FIELDS = {"2": 16, "4": 8}
+
+
+def vector_lanes(spec: MixedSpec, hw: CpuHardware) -> int:
+    """fp32 lanes of the innermost loop: the ISA's width, or less when N is not a multiple."""
+    return math.gcd(spec.n, hw.fp32_lanes)
+
+
+def _part(sch: Schedule, part: str, under, lanes: int):
+    """Part ``part`` ("2" or "4") of the tile at loop ``under``: register accumulators, and the
+    group dot as a register micro-kernel. Returns (combine, its group loop, dot, words loop)."""
+    combine = sch.get_sblock(f"combine{part}")
+    sch.compute_at(combine, under)
+    sch.set_scope(combine, 0, "local")
+    *outer, n, g = sch.get_loops(combine)
+    rows = outer[2:]  # under (n_par, n_blk): the M loop, absent when M == 1
+    n_reg, n_lanes = sch.split(n, factors=[None, lanes])
+    sch.reorder(g, *rows, n_reg, n_lanes)
+    sch.unroll(n_reg)
+    sch.vectorize(n_lanes)
+    dot = sch.get_sblock(f"group_dot{part}")
+    sch.compute_at(dot, g)
+    sch.set_scope(dot, 0, "local")
+    *_, dn, dr = sch.get_loops(dot)
+    d_reg, d_lanes = sch.split(dn, factors=[None, lanes])
+    words, fields = sch.split(dr, factors=[None, _FIELDS[part]])
+    sch.reorder(words, d_reg, fields, d_lanes)
+    sch.unroll(fields)
+    sch.unroll(d_reg)
+    sch.vectorize(d_lanes)
+    return combine, g, dot, words
+
+
+def register_tile(sch: Schedule, spec: MixedSpec, hw: CpuHardware,
+                  tiles: dict | None = None) -> Schedule:
+    """The sketch: N tiles in parallel; per tile both parts in registers, then the outliers.
+
+    ``tiles`` (``{"n_blk": .., "n_reg": ..}``) fixes the decisions (tests, tools).
+    """
+    finish = sch.get_sblock("finish")
+    m, n = sch.get_loops(finish)
+    lanes = vector_lanes(spec, hw)
+    n_outer, n_lanes = sch.split(n, factors=[None, lanes])
+    if tiles is None:
+        factors = sch.sample_perfect_tile(n_outer, n=3, max_innermost_factor=MAX_N_REG)
+    else:
+        factors = [None, tiles["n_blk"], tiles["n_reg"]]
+    n_par, n_blk, n_reg = sch.split(n_outer, factors=factors)
+    sch.reorder(n_par, n_blk, m, n_reg, n_lanes)
+    reductions = [_part(sch, part, n_blk, lanes) for part in ("2", "4")]
+    sch.parallel(n_par)
+    for combine, g, dot, words in reductions:
+        sch.decompose_reduction(dot, words)
+        sch.decompose_reduction(combine, g)
+    return sch
+
+
+SKETCHES = (register_tile,)
+
+
+def design_space(sch: Schedule, spec: MixedSpec, hw: CpuHardware) -> list[Schedule]:
+    """Every sketch on a copy of ``sch``, with its tile sizes left as sampled decisions."""
+    return [sketch(sch.copy(), spec, hw) for sketch in SKETCHES]
