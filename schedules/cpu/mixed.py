@@ -38,20 +38,30 @@ def vector_lanes(spec: MixedSpec, hw: CpuHardware) -> int:
     return math.gcd(spec.n, hw.fp32_lanes)
 
 
-def _part(sch: Schedule, part: str, under, lanes: int):
+def _part(sch: Schedule, spec: MixedSpec, part: str, under, lanes: int):
     """Part ``part`` ("2" or "4") of the tile at loop ``under``: register accumulators, and the
-    group dot as a register micro-kernel. Returns (combine, its group loop, dot, words loop)."""
+    group dot as a register micro-kernel. Returns (combine, its group loop or None, dot, words
+    loop).
+
+    ``compute_at`` makes a loop per block iterator of extent > 1 only, so the M loop (M == 1)
+    and the group loop (one 4-bit scale group) may be missing.
+    """
+    lay = spec.layout
+    groups = lay.groups2 if part == "2" else lay.scale_groups4
     combine = sch.get_sblock(f"combine{part}")
     sch.compute_at(combine, under)
     sch.set_scope(combine, 0, "local")
-    *outer, n, g = sch.get_loops(combine)
-    rows = outer[2:]  # under (n_par, n_blk): the M loop, absent when M == 1
+    loops = sch.get_loops(combine)[2:]  # under (n_par, n_blk)
+    rows = loops[:1] if spec.m > 1 else []
+    n = loops[len(rows)]
+    g = loops[len(rows) + 1] if groups > 1 else None
     n_reg, n_lanes = sch.split(n, factors=[None, lanes])
-    sch.reorder(g, *rows, n_reg, n_lanes)
+    if g is not None:
+        sch.reorder(g, *rows, n_reg, n_lanes)
     sch.unroll(n_reg)
     sch.vectorize(n_lanes)
     dot = sch.get_sblock(f"group_dot{part}")
-    sch.compute_at(dot, g)
+    sch.compute_at(dot, g if g is not None else under)
     sch.set_scope(dot, 0, "local")
     *_, dn, dr = sch.get_loops(dot)
     d_reg, d_lanes = sch.split(dn, factors=[None, lanes])
@@ -79,11 +89,12 @@ def register_tile(sch: Schedule, spec: MixedSpec, hw: CpuHardware,
         factors = [None, tiles["n_blk"], tiles["n_reg"]]
     n_par, n_blk, n_reg = sch.split(n_outer, factors=factors)
     sch.reorder(n_par, n_blk, m, n_reg, n_lanes)
-    reductions = [_part(sch, part, n_blk, lanes) for part in ("2", "4")]
+    reductions = [_part(sch, spec, part, n_blk, lanes) for part in ("2", "4")]
     sch.parallel(n_par)
     for combine, g, dot, words in reductions:
         sch.decompose_reduction(dot, words)
-        sch.decompose_reduction(combine, g)
+        if g is not None:
+            sch.decompose_reduction(combine, g)
     return sch
 
 
