@@ -13,6 +13,7 @@ from qcompile.errors import SpecError
 from qcompile.kernels.base import KernelSpec
 from schedules.cpu import mixed as cpu_mixed
 from schedules.cpu import uniform as cpu_uniform
+from schedules.cuda import mixed as cuda_mixed
 from schedules.cuda import uniform as cuda_uniform
 
 DesignSpace = Callable  # (Schedule, spec, hardware) -> list[Schedule]
@@ -21,6 +22,7 @@ _SPACES: dict[tuple[str, str], DesignSpace] = {
     ("uniform", "cpu"): cpu_uniform.design_space,
     ("uniform", "cuda"): cuda_uniform.design_space,
     ("mixed", "cpu"): cpu_mixed.design_space,
+    ("mixed", "cuda"): cuda_mixed.design_space,
 }
 
 #: Families whose compute has a loop with data-dependent bounds by design (the mixed family's
@@ -31,6 +33,7 @@ _DATA_DEPENDENT_LOOPS = {"mixed"}
 #: (GPU spaces: too many threads, too much shared memory). Others use the first sketch, seeded.
 _UNTUNED: dict[tuple[str, str], Callable] = {
     ("uniform", "cuda"): cuda_uniform.heuristic_schedule,
+    ("mixed", "cuda"): cuda_mixed.heuristic_schedule,
 }
 
 

@@ -30,7 +30,7 @@ def relative_error(y, ref):
 @pytest.mark.parametrize(("spec", "tiles"), [
     (MixedSpec(k=512, n=256, g4=64), {"n_blk": 2, "n_reg": 2}),
     (MixedSpec(k=512, n=128, m=3, g1=32, g2=8, g4=64, outlier_share=0.01),
-     {"n_blk": 1, "n_reg": 4}),
+     {"n_blk": 1, "n_reg": 4, "g_unroll": 2}),
     (MixedSpec(k=256, n=64, m=2, g4=32, four_bit_share=0.5, outlier_share=0.0),
      {"n_blk": 1, "n_reg": 1}),
 ], ids=["gemv", "m3-g32-1pct", "no-outliers"])

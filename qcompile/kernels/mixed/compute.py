@@ -11,9 +11,10 @@ activations gathered through ``order`` (the storage order of the g1-groups) once
 
 Blocks: ``gather2``/``gather4`` (x in storage order, times the field scale of
 uniform/compute.py), ``group_sum2``/``group_sum4``, ``group_dot2``/``group_dot4`` (codes never
-dequantized), ``combine2`` (with the second-order dequantization of the scales) /
-``combine4``, and ``finish``, which adds the two parts and walks the column's CSR outliers (a
-loop whose bounds are data: the one non-affine part, a few iterations per column).
+dequantized), ``scale1`` (the second-order dequantization of the 2-bit part's scales, placed
+by the design spaces: section 5), ``combine2``/``combine4``, and ``finish``, which adds the two
+parts and walks the column's CSR outliers (a loop whose bounds are data: the one non-affine
+part, a few iterations per column).
 
 Operands: x float32 [M, K], then formats/mixed.py's operands in their order, then y float32
 [M, N].
@@ -26,8 +27,21 @@ from qcompile.kernels.mixed.spec import MixedSpec
 from qcompile.kernels.uniform.compute import field_expr, field_scale_expr
 
 
-def mixed_compute(spec: MixedSpec):
-    """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes)."""
+def field_scale_cuda(k, bits: int):
+    """``2**-(bits * j)`` for k's field j as uniform/compute.py's ``field_scale_expr``, built
+    as ``1 / float(1 << bits*j)``: TVM's CUDA code generator prints a reinterpret of a constant
+    as the address of a literal, which does not compile (uniform/compute_cuda.py)."""
+    per_word = 32 // bits
+    j = k % per_word
+    return T.Select(j == per_word - 1, T.float32(1), T.float32(1) / T.Cast(
+        "float32", T.shift_left(T.int32(1), j * bits)))
+
+
+def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
+    """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes).
+
+    ``target_kind`` "cuda" changes only how the field scales are written (same values)."""
+    field_scale = field_scale_cuda if target_kind == "cuda" else field_scale_expr
     lay = spec.layout
     M, K, N = spec.m, spec.k, spec.n
     G, G2, H = lay.groups, lay.groups2, lay.scale_groups4
@@ -55,6 +69,7 @@ def mixed_compute(spec: MixedSpec):
         x2 = T.sblock_alloc_buffer((M, K2), "float32")
         xs2 = T.sblock_alloc_buffer((M, G2), "float32")
         dot2 = T.sblock_alloc_buffer((M, G2, N), "float32")
+        s1 = T.sblock_alloc_buffer((G2, N), "float32")
         y2 = T.sblock_alloc_buffer((M, N), "float32")
         x4 = T.sblock_alloc_buffer((M, K4), "float32")
         xs4 = T.sblock_alloc_buffer((M, H), "float32")
@@ -63,7 +78,7 @@ def mixed_compute(spec: MixedSpec):
         for m, r in T.grid(M, K2):
             with T.sblock("gather2"):
                 vm, vr = T.axis.remap("SS", [m, r])
-                x2[vm, vr] = x[vm, order[vr // g1] * g1 + vr % g1] * field_scale_expr(vr, 2)
+                x2[vm, vr] = x[vm, order[vr // g1] * g1 + vr % g1] * field_scale(vr, 2)
         for m, g, j in T.grid(M, G2, g1):
             with T.sblock("group_sum2"):
                 vm, vg, vj = T.axis.remap("SSR", [m, g, j])
@@ -77,20 +92,24 @@ def mixed_compute(spec: MixedSpec):
                     dot2[vm, vg, vn] = T.float32(0)
                 dot2[vm, vg, vn] = dot2[vm, vg, vn] + x2[vm, vg * g1 + vj] * field_expr(
                     codes2, vg * g1 + vj, vn, 2)
+        for g, n in T.grid(G2, N):
+            with T.sblock("scale1"):
+                vg, vn = T.axis.remap("SS", [g, n])
+                s1[vg, vn] = T.Cast(
+                    "float32", T.shift_right(meta2[vg, vn], T.uint8(2)) + zero2[vg, vn // g2]
+                ) * T.Cast("float32", scale2[vg, vn // g2])
         for m, n, g in T.grid(M, N, G2):
             with T.sblock("combine2"):
                 vm, vn, vg = T.axis.remap("SSR", [m, n, g])
                 with T.init():
                     y2[vm, vn] = T.float32(0)
-                y2[vm, vn] = y2[vm, vn] + T.Cast(
-                    "float32", T.shift_right(meta2[vg, vn], T.uint8(2)) + zero2[vg, vn // g2]
-                ) * T.Cast("float32", scale2[vg, vn // g2]) * (
+                y2[vm, vn] = y2[vm, vn] + s1[vg, vn] * (
                     dot2[vm, vg, vn]
                     - T.Cast("float32", T.bitwise_and(meta2[vg, vn], T.uint8(3))) * xs2[vm, vg])
         for m, r in T.grid(M, K4):
             with T.sblock("gather4"):
                 vm, vr = T.axis.remap("SS", [m, r])
-                x4[vm, vr] = x[vm, order[G2 + vr // g1] * g1 + vr % g1] * field_scale_expr(vr, 4)
+                x4[vm, vr] = x[vm, order[G2 + vr // g1] * g1 + vr % g1] * field_scale(vr, 4)
         for m, h, j in T.grid(M, H, g4):
             with T.sblock("group_sum4"):
                 vm, vh, vj = T.axis.remap("SSR", [m, h, j])

@@ -40,6 +40,13 @@ class MixedFamily(KernelFamily):
 
         return mixed_compute(spec)
 
+    def compute_for(self, spec: MixedSpec, target_kind: str):
+        """The same blocks everywhere; on "cuda" the field scales avoid a reinterpret that
+        TVM's CUDA code generator cannot print."""
+        from qcompile.kernels.mixed.compute import mixed_compute
+
+        return mixed_compute(spec, target_kind)
+
     def quantize(self, spec: MixedSpec, weight, *, calibration=None, hessian=None,
                  damp: float | None = None):
         """Quantize float W [K, N] for ``spec`` (see :func:`qcompile.quantize.mixed.quantize`).
