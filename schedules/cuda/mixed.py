@@ -16,9 +16,10 @@ Section 5's dequantization order is the structural knob ``order`` (one design sp
     product: its three loads (s1q, the second-order zero and scale) and the arithmetic wait
     behind the weights' decode (the synchronous dataflow the paper measures against).
 ``async``
-    the group's packed weights are requested first (128-bit loads into registers), then the
-    group's first-order scales are dequantized from the second-order ones (``scale1`` in
-    registers) while those loads are in flight, then the weights are decoded: the two overlap.
+    each lane's group loop is software-pipelined (:func:`_pipeline`): the next group's packed
+    words are requested (128-bit loads into a second register buffer) and its first-order
+    scales dequantized from the second-order ones (``scale1``, registers) while the current
+    group is decoded: the scale arithmetic and the decode overlap the weights' loads.
 
 Knobs (categorical decisions):
 
@@ -121,7 +122,24 @@ def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, un
             unroll(sch, *loops_below(sch, scale, p_o))
     sch.decompose_reduction(dot, words)
     sch.decompose_reduction(partial, p_o)
+    if order == "async":
+        _pipeline(sch, p_o, codes, "scale1" if part == "2" else None)
     return codes
+
+
+def _pipeline(sch: Schedule, loop, codes, scale_name):
+    """Software-pipeline a lane's group loop in two stages: stage 0 requests the next group's
+    packed words (128-bit loads into a second register buffer) and then dequantizes its
+    first-order scales from the second-order ones; stage 1 decodes and accumulates this group.
+    So the scale arithmetic and the current group's work run while the next words are in
+    flight (section 5's overlap, with registers where the paper stages in shared memory)."""
+    names = [sch.get(block).name_hint for block in sch.get_child_blocks(loop)]
+    names = [name for name in names if not name.endswith("_init")]  # merged by lowering
+    early = [sch.get(codes).name_hint] + ([scale_name] if scale_name else [])
+    stages = [0 if name in early else 1 for name in names]
+    order = sorted(range(len(names)), key=lambda i: (stages[i], i))
+    sch.annotate(loop, "software_pipeline_stage", stages)
+    sch.annotate(loop, "software_pipeline_order", [order.index(i) for i in range(len(names))])
 
 
 def sketch(sch: Schedule, spec: MixedSpec, hw: GpuHardware, order: str,
