@@ -5,13 +5,10 @@ CPU (default, ``--target avx2``): every kernel gets the same small sweep of fixe
 tiles (``--tiles``), or its best record from ``--db`` when the database has one; the best of
 each is then timed in interleaved rounds (medians; machine noise hits all alike).
 
-GPU (``--target cuda-sm90``, run on the GPU machine): every kernel is built from ``--db``'s best
-record (tools/tune_cuda.py fills it) or, without one, from the family's heuristic schedule; the
-mixed kernel is built in both dequantization orders (``sync``/``async``, section 5) and timed
-with CUDA events.
+The GPU run (tuning, the sync/async comparison, CUDA-graph timing) is
+tools/bench_mixed_cuda.py, for the GPU machine.
 
     python tools/bench_mixed.py --target avx2 --shape 8192x28672 --json out.json
-    python tools/bench_mixed.py --target cuda-sm90 --shape 8192x28672 --json out.json
 """
 
 from __future__ import annotations
