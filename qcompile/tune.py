@@ -154,7 +154,8 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
         _tvm.ms.tune.tune_tasks(
             tasks=[context], task_weights=[1.0], work_dir=work_dir or scratch,
             max_trials_global=trials, num_trials_per_iter=min(trials, 16),
-            builder=policy.builder(), runner=policy.runner(), database=database,
+            builder=policy.builder(), runner=policy.runner(family.measure_arguments(spec)),
+            database=database,
             cost_model="xgb", measure_callbacks=callbacks, task_scheduler="round-robin",
         )
     if bar is not None:
