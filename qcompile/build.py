@@ -115,6 +115,8 @@ def export(spec: KernelSpec, preset, target, scheduled, out_dir: str | Path,
     lib.export_library(str(tmp))
     tmp.replace(so_path)  # readers never see a half-written library
     (out / f"{name}.tir.py").write_text(scheduled.script())
+    func = next(iter(scheduled.functions.values()))
+    layout = family_of(spec).layout_of(func)  # chosen by the schedule: part of the record
     generated = _write_generated_code(lib, out, name, preset.kind)
     manifest = write_manifest(so_path, {
         "name": name,
@@ -124,6 +126,7 @@ def export(spec: KernelSpec, preset, target, scheduled, out_dir: str | Path,
         "target": {"preset": preset.name, "kind": preset.kind,
                    "tvm": _tvm.target_dict(target)},
         "record": record,
+        "layout": layout,
         "versions": {"qcompile": qcompile.__version__, "tvm": _tvm.TVM_VERSION,
                      "tvm_ffi": _tvm.TVM_FFI_VERSION},
         "files": {"so": so_path.name, "tir": f"{name}.tir.py", "generated": generated},

@@ -81,7 +81,7 @@ def cmd_targets(args: argparse.Namespace) -> int:
     rows = []
     for preset in targets.PRESETS.values():
         supported, reason = preset.host_support()
-        hw = preset.hardware()
+        hw = preset.hardware(override=args.hw) if preset.kind == "cpu" else preset.hardware()
         rows.append({
             "name": preset.name, "supported": supported, "reason": reason,
             "description": preset.description, "tvm_target": preset.tvm_target(hw),
@@ -106,7 +106,8 @@ def _hardware_line(hw: dict) -> str:
                 f"{hw['memory_bandwidth_gbps']:.0f} GB/s peak")
     return (f"L1d {hw['l1d_bytes'] >> 10} KiB, L2 {hw['l2_bytes'] >> 10} KiB, "
             f"L3 {hw['l3_bytes'] >> 20} MiB, {hw['vector_registers']} x {hw['vector_bits']}-bit "
-            f"vector registers, {hw['cores']} cores")
+            f"vector registers, {hw['cores']} cores (QIGen: gamma={hw['l1d_bytes'] * 8} bits, "
+            f"eta={hw['vector_registers']})")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -162,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("targets", help="list target presets and which this host supports")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--hw", metavar="K=V,...",
+                   help="override the detected CPU model, e.g. l1d=48K,l2=2M,l3=32M,cores=8 "
+                        "(also $QCOMPILE_HW)")
     p.set_defaults(func=cmd_targets)
 
     p = sub.add_parser("tune", help="tune a kernel spec for a target into the database")

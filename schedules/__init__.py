@@ -36,6 +36,7 @@ _DATA_DEPENDENT_LOOPS = {"mixed"}
 #: A valid, reasonable schedule without tuning, where seeded sampling could pick an invalid one
 #: (GPU spaces: too many threads, too much shared memory). Others use the first sketch, seeded.
 _UNTUNED: dict[tuple[str, str], Callable] = {
+    ("uniform", "cpu"): cpu_uniform.heuristic_schedule,
     ("uniform", "cuda"): cuda_uniform.heuristic_schedule,
     ("bcq", "cuda"): cuda_bcq.heuristic_schedule,
     ("mixed", "cuda"): cuda_mixed.heuristic_schedule,
@@ -65,18 +66,17 @@ def untuned_schedule(sch, spec: KernelSpec, target_class: str, hw):
 def _search_settings(target_class: str):
     """(postprocs, mutator probabilities) for our spaces on ``target_class``.
 
-    CPU spaces sample perfect tiles; GPU spaces sample categorical knobs, and a candidate whose
-    launch breaks the GPU's limits (threads, shared memory, registers) is dropped before it is
-    built (VerifyGPUCode).
+    Both sample categorical knobs (the CPU's seeded by QIGen's model); on GPUs a candidate
+    whose launch breaks the GPU's limits (threads, shared memory, registers) is dropped before
+    it is built (VerifyGPUCode).
     """
     from qcompile._tvm import ms
+    from schedules.knobs import MutateCategorical
 
     if target_class == "cuda":
-        from schedules.knobs import MutateCategorical
-
         return ([ms.postproc.DisallowDynamicLoop(), ms.postproc.VerifyGPUCode()],
                 {MutateCategorical(): 1.0})
-    return [ms.postproc.DisallowDynamicLoop()], {ms.mutator.MutateTileSize(): 1.0}
+    return [ms.postproc.DisallowDynamicLoop()], {MutateCategorical(): 1.0}
 
 
 def space_generator(spec: KernelSpec, target_class: str, hw):

@@ -71,6 +71,38 @@ def default_provenance() -> Provenance:
                       qcompile_version=qcompile.__version__, user=user)
 
 
+def _plain_json(obj):
+    """A TVM JSON-style object as plain Python, IndexMaps as their JSON strings."""
+    from tvm.ir import save_json
+    from tvm.tirx.expr import FloatImm, IntImm
+    from tvm.tirx.function import IndexMap
+    from tvm_ffi import Array, Map
+
+    if obj is None or isinstance(obj, bool | int | float):
+        return obj
+    if isinstance(obj, IntImm | FloatImm):
+        return obj.value
+    if isinstance(obj, str):
+        return str(obj)
+    if isinstance(obj, IndexMap):
+        return save_json(obj)
+    if isinstance(obj, Array | list | tuple):
+        return [_plain_json(i) for i in obj]
+    if isinstance(obj, Map | dict):
+        return {_plain_json(k): _plain_json(v) for k, v in obj.items()}
+    raise TypeError(f"cannot store {type(obj).__name__} in a tuning record")
+
+
+def record_json(record: TuningRecord) -> list:
+    """``record.as_json()``, except that a trace's IndexMap attributes (``transform_layout``,
+    as the CPU design spaces use for their weight layouts) become JSON strings, as
+    ``Trace.as_json`` writes them and ``TuningRecord.from_json`` reads them back (TVM's
+    ``TuningRecord.as_json`` raises on them)."""
+    from tvm.s_tir.meta_schedule import _ffi_api
+
+    return _plain_json(_ffi_api.TuningRecordAsJSON(record))
+
+
 @derived_object
 class SqlDatabase(ms.database.PyDatabase):
     """A MetaSchedule database for one target, stored in a :class:`Storage`.
@@ -188,7 +220,7 @@ class SqlDatabase(ms.database.PyDatabase):
                            error: str | None) -> int | None:
         """Store one measured candidate with its status (what MetaSchedule's own path lacks)."""
         info, _ = self._lookup(record.workload.mod, create=True)
-        trace_json, run_secs, target_dict, args_info = record.as_json()
+        trace_json, run_secs, target_dict, args_info = record_json(record)
         trace_text = json.dumps(trace_json, sort_keys=True, separators=(",", ":"))
         secs = [float(s) for s in run_secs] if status == STATUS_OK else None
         return self.storage.add_record(
