@@ -126,6 +126,15 @@ def main(argv=None) -> int:
     print(f"{torch.cuda.get_device_name(0)}: copy bandwidth {copy['tbps']:.2f} TB/s", flush=True)
     out_dir = Path(tempfile.mkdtemp(prefix="qcompile-bcq-"))
     rows = []
+
+    def write(verdict: str) -> None:  # after every mu, so a run cut short keeps what it measured
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps({
+                "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                "copy_bandwidth": copy, "rounds": args.rounds, "trials": args.trials,
+                "workloads": rows, "done_when": verdict}, indent=2) + "\n")
+
     for mu in (int(v) for v in args.mus.split(",")):
         spec = BcqSpec(k=args.k, n=args.n, q=args.bits, group_size=args.group_size, mu=mu)
         row = {"name": spec.name(), "mu": mu}
@@ -137,8 +146,10 @@ def main(argv=None) -> int:
             traceback.print_exc()
             row["error"] = f"{type(error).__name__}: {str(error)[:500]}"
             rows.append(row)
+            write("incomplete")
             continue
         rows.append(row)
+        write("incomplete")
         print(f"{spec.name()}: {row['qcompile_bcq']['median_us']:.1f} us "
               f"({row['qcompile_bcq']['tbps']:.2f} TB/s) vs fp16 linear "
               f"{row['fp16_linear']['median_us']:.1f} us: {row['speedup_vs_fp16_linear']:.2f}x, "
@@ -153,12 +164,7 @@ def main(argv=None) -> int:
                    f"(>= {TARGET_SPEEDUP}) at mu={best['mu']}, max rel error "
                    f"{best['max_rel_error']:.1e}")
     print(verdict)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({
-            "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-            "copy_bandwidth": copy, "rounds": args.rounds, "trials": args.trials,
-            "workloads": rows, "done_when": verdict}, indent=2) + "\n")
+    write(verdict)
     return 0 if best else 1
 
 

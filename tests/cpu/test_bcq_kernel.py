@@ -155,3 +155,19 @@ def test_tune_build_load_through_the_cli(tmp_path, avx2):
     x = rng.standard_normal(256).astype(np.float32)
     y = kernel(x, prepared)
     assert relative_error(y, BCQ.reference(kernel.spec, x, weight=weight, iterations=2)) < 1e-5
+
+
+@pytest.mark.parametrize("sketch", cpu_bcq.SKETCHES, ids=lambda s: s.__name__)
+def test_avx512_build_uses_16_lanes(sketch):
+    """The space follows the ISA's width: on avx512 the tables are built (and, but for
+    scalar_lookup, looked up and accumulated) 16 lanes wide (compiled only; this host may not
+    run avx512)."""
+    import targets
+
+    preset = targets.get("avx512")
+    hw = preset.hardware()
+    spec = BcqSpec(k=256, n=128, q=2, group_size=64, mu=8)
+    sch = sketch(_tvm.Schedule(BCQ.compute(spec)), spec, hw, TILES)
+    asm = _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw))).mod.inspect_source(
+        "asm")
+    assert "%zmm" in asm
