@@ -1,6 +1,8 @@
 """The mixed 2/4/16-bit format and quantizer: average bits, layout rules, the quantizer's
 choices on constructed weights, outliers only in 2-bit groups, second-order scales."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -15,8 +17,9 @@ K, N = 512, 256
 def test_paper_setting_stays_under_three_bits():
     """25% 4-bit, g1 = g2 = 16, 0.2% outliers: eq. (10) gives the paper's 2.84, and every
     stored bit (4-bit scales and zeros, outliers, row pointers, group order) stays <= 3.0."""
-    for k, n in ((4096, 4096), (8192, 28672), (4096, 11008)):
-        layout = MixedLayout.from_shares(k, n, g1=16, g2=16, g4=128, four_bit_share=0.25,
+    for (k, n), g4 in itertools.product(((4096, 4096), (8192, 28672), (4096, 11008)),
+                                        (64, 128)):
+        layout = MixedLayout.from_shares(k, n, g1=16, g2=16, g4=g4, four_bit_share=0.25,
                                          outlier_share=0.002)
         bits = average_bits(layout)
         assert layout.groups4 * 4 == layout.groups
