@@ -169,3 +169,29 @@ def test_quantizer_rejects_bad_inputs():
         quantize(w, layout, x=np.ones((4, 100)))
     with pytest.raises(FormatError, match="not positive definite"):
         quantize(w, layout, h=-np.eye(K), damp=0.0)
+
+
+def test_cli_quantize_writes_arrays_the_kernel_prepares(tmp_path, capsys):
+    from qcompile.cli import main
+    from qcompile.kernels import MixedSpec, get_family
+
+    rng = np.random.default_rng(7)
+    np.save(tmp_path / "w.npy", rng.standard_normal((K, N)).astype(np.float32) * 0.02)
+    np.save(tmp_path / "x.npy", rng.standard_normal((64, K)).astype(np.float32))
+    out = tmp_path / "w.npz"
+    code = main(["quantize", "--family", "mixed", "--shape", f"{K}x{N}", "--g4", "64",
+                 "--weight", str(tmp_path / "w.npy"), "--calibration", str(tmp_path / "x.npy"),
+                 "--out", str(out)])
+    assert code == 0
+    assert "bits per weight (eq. 10: 2.840)" in capsys.readouterr().out
+    spec = MixedSpec(k=K, n=N)
+    family = get_family("mixed")
+    arrays = dict(np.load(out))
+    prepared = family.prepare(spec, **arrays)
+    assert prepared.names == tuple(spec.layout.shapes())
+    expect = quantize(np.load(tmp_path / "w.npy"), spec.layout,
+                      x=np.load(tmp_path / "x.npy")).tensors.dequantize()
+    np.testing.assert_array_equal(family.reference_weight(spec, **arrays), expect)
+    code = main(["quantize", "--family", "uniform", "--shape", f"{K}x{N}",
+                 "--weight", str(tmp_path / "w.npy"), "--out", str(out)])
+    assert code == 2 and "has no quantizer" in capsys.readouterr().err
