@@ -5,7 +5,10 @@
     qcompile tune  --target avx2 --from-gptq DIR [--batch M] [--trials N] [--db URL]
     qcompile build --target avx2 [spec] [--db URL] --out DIR
     qcompile quantize --family mixed [spec] --weight W.npy --calibration X.npy --out W.npz
-    qcompile db ls [--db URL]
+    qcompile db info|ls|best|export|import|prune|merge|upgrade|check [--db URL]  (cli_db.py)
+
+--db URL names a shared team database (PostgreSQL, MySQL/MariaDB, SQLite): tune and build read
+it first, then the local one; --db-readonly writes new records to the local one instead.
 
 Spec flags: --family (uniform), --bits (4), --group-size (128; -1 = whole column),
 --shape KxN (4096x4096), --batch M (1), --dtype (float32); mixed: --g1, --g2, --g4,
@@ -20,6 +23,7 @@ import re
 import sys
 
 import targets
+from qcompile.cli_db import add_db_commands, add_layer_arguments
 from qcompile.errors import QCompileError
 from qcompile.kernels import FAMILIES, get_family
 from qcompile.kernels.base import KernelSpec
@@ -69,11 +73,17 @@ def _storage(args):
     return Storage(args.db)
 
 
+def _layers(args):
+    from qcompile.cli_db import open_layers
+
+    return open_layers(args)
+
+
 def cmd_targets(args: argparse.Namespace) -> int:
     rows = []
     for preset in targets.PRESETS.values():
         supported, reason = preset.host_support()
-        hw = preset.hardware()
+        hw = preset.hardware(override=args.hw) if preset.kind == "cpu" else preset.hardware()
         rows.append({
             "name": preset.name, "supported": supported, "reason": reason,
             "description": preset.description, "tvm_target": preset.tvm_target(hw),
@@ -98,7 +108,8 @@ def _hardware_line(hw: dict) -> str:
                 f"{hw['memory_bandwidth_gbps']:.0f} GB/s peak")
     return (f"L1d {hw['l1d_bytes'] >> 10} KiB, L2 {hw['l2_bytes'] >> 10} KiB, "
             f"L3 {hw['l3_bytes'] >> 20} MiB, {hw['vector_registers']} x {hw['vector_bits']}-bit "
-            f"vector registers, {hw['cores']} cores")
+            f"vector registers, {hw['cores']} cores (QIGen: gamma={hw['l1d_bytes'] * 8} bits, "
+            f"eta={hw['vector_registers']})")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -108,8 +119,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return tune_checkpoint(args)
     spec = spec_from_args(args)
     preset = targets.get(args.target)
-    summary = tune(spec, preset, trials=args.trials, storage=_storage(args), seed=args.seed,
-                   progress=not args.quiet)
+    summary = tune(spec, preset, trials=args.trials, layers=_layers(args), seed=args.seed,
+                   progress=not args.quiet, force=args.force)
     print("\n".join(summary.lines()))
     return 0 if summary.best_us is not None else 1
 
@@ -122,15 +133,15 @@ def tune_checkpoint(args: argparse.Namespace) -> int:
     layers = load(args.from_gptq)
     specs = distinct_specs(layers, m=args.batch, dtype=args.dtype)
     preset = targets.get(args.target)
-    storage = _storage(args)
+    db_layers = _layers(args)
     print(f"{args.from_gptq}: {len(layers)} GPTQ layers, {len(specs)} distinct kernel specs "
           f"(M={args.batch}, {args.dtype})")
     failed = 0
     for index, (spec, names) in enumerate(specs, 1):
         shared = names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
         print(f"[{index}/{len(specs)}] {spec.name()}: {shared}")
-        summary = tune(spec, preset, trials=args.trials, storage=storage, seed=args.seed,
-                       progress=not args.quiet)
+        summary = tune(spec, preset, trials=args.trials, layers=db_layers, seed=args.seed,
+                       progress=not args.quiet, force=args.force)
         print("\n".join(summary.lines()))
         failed += summary.best_us is None
     return 1 if failed else 0
@@ -140,9 +151,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     from qcompile.build import build
 
     spec = spec_from_args(args)
-    result = build(spec, targets.get(args.target), args.out, storage=_storage(args))
+    result = build(spec, targets.get(args.target), args.out, layers=_layers(args))
     print(f"built {result.so_path} from record {result.record_id} "
           f"(tuned {result.tuned_us:.1f} us); manifest {result.manifest_path}")
+    if result.source:
+        print(f"  0 trials: the record comes from {result.source}")
     return 0
 
 
@@ -170,33 +183,15 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target_label(target_json: str) -> str:
-    target = json.loads(target_json)
-    detail = target.get("mcpu") or target.get("arch") or ""
-    cores = target.get("num-cores")
-    return " ".join(str(p) for p in (target.get("kind"), detail, f"{cores}c" if cores else "") if p)
-
-
-def cmd_db_ls(args: argparse.Namespace) -> int:
-    storage = _storage(args)
-    summaries = storage.summaries()
-    if not summaries:
-        print(f"no workloads in {storage.display_url}")
-        return 0
-    print(f"{'workload':44s} {'target':28s} {'records':>8s} {'ok':>5s} {'best us':>10s}")
-    for s in summaries:
-        best = f"{s.best_us:10.1f}" if s.best_us is not None else f"{'-':>10s}"
-        print(f"{s.name:44s} {_target_label(s.target_json):28s} {s.records:8d} "
-              f"{s.ok_records:5d} {best}")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qcompile", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("targets", help="list target presets and which this host supports")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--hw", metavar="K=V,...",
+                   help="override the detected CPU model, e.g. l1d=48K,l2=2M,l3=32M,cores=8 "
+                        "(also $QCOMPILE_HW)")
     p.set_defaults(func=cmd_targets)
 
     p = sub.add_parser("tune", help="tune a kernel spec for a target into the database")
@@ -210,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tune every distinct layer shape of this GPTQ checkpoint (bits, group "
                         "size and shapes come from it; --batch and --dtype still apply)")
     add_db_argument(p)
+    add_layer_arguments(p)
+    p.add_argument("--force", action="store_true",
+                   help="tune even when the databases already hold enough records (default: "
+                        "reuse them, 0 trials)")
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("build", help="compile the best record into DIR/<name>.so + manifest")
@@ -217,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_spec_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     add_db_argument(p)
+    add_layer_arguments(p)
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("quantize", help="quantize float weights with calibration data into a "
@@ -229,11 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_quantize)
 
-    p = sub.add_parser("db", help="inspect the tuning database")
-    db_sub = p.add_subparsers(dest="db_command", required=True)
-    ls = db_sub.add_parser("ls", help="a line per workload: name, target, records, best us")
-    add_db_argument(ls)
-    ls.set_defaults(func=cmd_db_ls)
+    p = sub.add_parser("db", help="look after the tuning database (qcompile db -h)")
+    add_db_commands(p.add_subparsers(dest="db_command", required=True))
     return parser
 
 

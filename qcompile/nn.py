@@ -88,6 +88,7 @@ class QuantLinear(torch.nn.Module):
         self._prepared = FAMILY.prepare(base, device="cpu", **layer.kernel_tensors())
         self._plans: dict[tuple[int, str], int] = {}
         self._runners: dict[tuple[int, str], tuple] = {}
+        self._layouts: dict[str, object] = {}
 
     @classmethod
     def from_gptq(cls, layer: GptqLayer, target: str = "avx2", db: str | None = None, *,
@@ -153,9 +154,19 @@ class QuantLinear(torch.nn.Module):
             m = self._plan(count, dtype)
             spec = self.spec(m, dtype)
             kernel = self.kernels.get(spec, self._hint(m, dtype))
-            runner = (m, kernel, replace(self._prepared, spec_digest=spec.digest()))
+            runner = (m, kernel, replace(self._packed(kernel), spec_digest=spec.digest()))
             self._runners[(count, dtype)] = runner
         return runner
+
+    def _packed(self, kernel):
+        """The prepared weights in ``kernel``'s layout: packed once per layout and shared by
+        every kernel that reads it (the GPTQ-layout copy serves prefill and dequantization)."""
+        key = repr(kernel.layout)
+        packed = self._layouts.get(key)
+        if packed is None:
+            packed = kernel.relayout(self._prepared)
+            self._layouts[key] = packed
+        return packed
 
     def _plan(self, count: int, dtype: str) -> int:
         """The M that serves ``count`` rows: the smallest M >= count with a tuned record, else

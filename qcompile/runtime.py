@@ -38,6 +38,8 @@ class Kernel:
         self.preset = preset
         self.device = _DEVICE_OF_KIND[preset.kind]
         self._function = function
+        #: The weight layout the schedule chose (manifest ``layout``); None: the family's default.
+        self.layout = manifest.data.get("layout")
 
     def __repr__(self) -> str:
         return f"Kernel({self.spec.name()!r}, target={self.preset.name!r}, path={str(self.path)!r})"
@@ -57,9 +59,20 @@ class Kernel:
 
         For the uniform family: ``qweight`` int32 [K*bits/32, N], ``scales`` fp16/fp32 [G, N],
         ``qzeros`` int32 [G, N*bits/32] (GPTQ layout, torch or numpy), optional ``g_idx`` and
-        ``zero_convention`` ("v1" default, or "v2").
+        ``zero_convention`` ("v1" default, or "v2"). The operands are packed into the weight
+        layout the kernel's schedule chose (``self.layout``, from the manifest).
         """
+        if self.layout is not None:
+            tensors = {**tensors, "layout": self.layout}
         return self.family.prepare(self.spec, device=self.device, **tensors)
+
+    def relayout(self, weights: PreparedWeights) -> PreparedWeights:
+        """Weights prepared in the family's default layout, packed for this kernel (a copy
+        unless the layouts already agree); for callers that share one prepared copy between
+        kernels of several M."""
+        if self.layout is None and weights.extras.get("layout") is None:
+            return weights
+        return self.family.relayout(self.spec, weights, self.layout)
 
     def __call__(self, x, weights: PreparedWeights):
         """``y = x @ W``.
@@ -75,6 +88,10 @@ class Kernel:
         -------
         torch.Tensor (numpy.ndarray if ``x`` was one) of shape [N] or [M, N]
         """
+        if weights.extras.get("layout") != self.layout:
+            from qcompile.kernels.uniform.layout import check_match
+
+            check_match(weights.extras.get("layout"), self.layout, self.spec.name())
         y = self.family.run(self.spec, self._function, x, weights)
         return y.numpy() if isinstance(x, np.ndarray) else y
 

@@ -11,8 +11,10 @@ from collections.abc import Callable
 
 from qcompile.errors import SpecError
 from qcompile.kernels.base import KernelSpec
+from schedules.cpu import bcq as cpu_bcq
 from schedules.cpu import mixed as cpu_mixed
 from schedules.cpu import uniform as cpu_uniform
+from schedules.cuda import bcq as cuda_bcq
 from schedules.cuda import mixed as cuda_mixed
 from schedules.cuda import uniform as cuda_uniform
 
@@ -21,6 +23,8 @@ DesignSpace = Callable  # (Schedule, spec, hardware) -> list[Schedule]
 _SPACES: dict[tuple[str, str], DesignSpace] = {
     ("uniform", "cpu"): cpu_uniform.design_space,
     ("uniform", "cuda"): cuda_uniform.design_space,
+    ("bcq", "cpu"): cpu_bcq.design_space,
+    ("bcq", "cuda"): cuda_bcq.design_space,
     ("mixed", "cpu"): cpu_mixed.design_space,
     ("mixed", "cuda"): cuda_mixed.design_space,
 }
@@ -32,7 +36,9 @@ _DATA_DEPENDENT_LOOPS = {"mixed"}
 #: A valid, reasonable schedule without tuning, where seeded sampling could pick an invalid one
 #: (GPU spaces: too many threads, too much shared memory). Others use the first sketch, seeded.
 _UNTUNED: dict[tuple[str, str], Callable] = {
+    ("uniform", "cpu"): cpu_uniform.heuristic_schedule,
     ("uniform", "cuda"): cuda_uniform.heuristic_schedule,
+    ("bcq", "cuda"): cuda_bcq.heuristic_schedule,
     ("mixed", "cuda"): cuda_mixed.heuristic_schedule,
 }
 
@@ -60,18 +66,17 @@ def untuned_schedule(sch, spec: KernelSpec, target_class: str, hw):
 def _search_settings(target_class: str):
     """(postprocs, mutator probabilities) for our spaces on ``target_class``.
 
-    CPU spaces sample perfect tiles; GPU spaces sample categorical knobs, and a candidate whose
-    launch breaks the GPU's limits (threads, shared memory, registers) is dropped before it is
-    built (VerifyGPUCode).
+    Both sample categorical knobs (the CPU's seeded by QIGen's model); on GPUs a candidate
+    whose launch breaks the GPU's limits (threads, shared memory, registers) is dropped before
+    it is built (VerifyGPUCode).
     """
     from qcompile._tvm import ms
+    from schedules.knobs import MutateCategorical
 
     if target_class == "cuda":
-        from schedules.knobs import MutateCategorical
-
         return ([ms.postproc.DisallowDynamicLoop(), ms.postproc.VerifyGPUCode()],
                 {MutateCategorical(): 1.0})
-    return [ms.postproc.DisallowDynamicLoop()], {ms.mutator.MutateTileSize(): 1.0}
+    return [ms.postproc.DisallowDynamicLoop()], {MutateCategorical(): 1.0}
 
 
 def space_generator(spec: KernelSpec, target_class: str, hw):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from targets import host
+from targets import host, overrides
 from targets.hardware import CpuHardware
 
 # Conservative values for when sysfs says nothing (a container without /sys, say).
@@ -42,15 +42,26 @@ class CpuPreset:
     kind: str = "cpu"
 
     def hardware(self, cores: int | None = None, l1d_bytes: int | None = None,
-                 l2_bytes: int | None = None, l3_bytes: int | None = None) -> CpuHardware:
-        """The hardware model of this host for this ISA; any argument given overrides a probe."""
+                 l2_bytes: int | None = None, l3_bytes: int | None = None,
+                 override: str | None = None) -> CpuHardware:
+        """The hardware model of this host for this ISA.
+
+        Precedence: an argument given here, then ``override`` (``"l1d=48K,cores=8"``, see
+        targets/overrides.py), then ``$QCOMPILE_HW``, then the probes (sysfs, then CPUID via
+        getconf), then conservative fallbacks. Probes never raise; a malformed override raises
+        SpecError naming the pair.
+        """
+        given = {key: value for key, value in {
+            "cores": cores, "l1d_bytes": l1d_bytes, "l2_bytes": l2_bytes, "l3_bytes": l3_bytes,
+        }.items() if value}
+        values = {**overrides.from_environment(), **overrides.parse(override), **given}
         return CpuHardware(
-            l1d_bytes=l1d_bytes or host.cache_bytes(1) or _FALLBACK_L1D,
-            l2_bytes=l2_bytes or host.cache_bytes(2) or _FALLBACK_L2,
-            l3_bytes=l3_bytes or host.cache_bytes(3) or _FALLBACK_L3,
-            vector_registers=self.vector_registers,
-            vector_bits=self.vector_bits,
-            cores=cores or host.usable_cores(),
+            l1d_bytes=values.get("l1d_bytes") or host.detected_cache_bytes(1) or _FALLBACK_L1D,
+            l2_bytes=values.get("l2_bytes") or host.detected_cache_bytes(2) or _FALLBACK_L2,
+            l3_bytes=values.get("l3_bytes") or host.detected_cache_bytes(3) or _FALLBACK_L3,
+            vector_registers=values.get("vector_registers", self.vector_registers),
+            vector_bits=values.get("vector_bits", self.vector_bits),
+            cores=values.get("cores") or host.usable_cores(),
         )
 
     def tvm_target(self, hw: CpuHardware | None = None) -> dict:

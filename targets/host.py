@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import subprocess
 from functools import lru_cache
 from pathlib import Path
 
@@ -72,6 +73,41 @@ def cache_bytes(level: int, kind: str = "Data") -> int | None:
             continue
         return _parse_size(_read(entry / "size"))
     return None
+
+
+_GETCONF_NAMES = {1: "LEVEL1_DCACHE_SIZE", 2: "LEVEL2_CACHE_SIZE", 3: "LEVEL3_CACHE_SIZE"}
+
+
+@lru_cache(maxsize=1)
+def _getconf_all() -> dict[str, str]:
+    """``getconf -a`` as a dict; glibc answers the cache sizes from the CPUID instruction."""
+    try:
+        result = subprocess.run(["getconf", "-a"], capture_output=True, text=True, timeout=5,
+                                check=False)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    out = {}
+    for line in result.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            out[parts[0]] = parts[1]
+    return out
+
+
+def cpuid_cache_bytes(level: int) -> int | None:
+    """Cache size at ``level`` (1 = L1d, 2, 3) as CPUID reports it through glibc's ``getconf``;
+    None when unknown. The fallback when sysfs says nothing (containers without /sys)."""
+    value = _getconf_all().get(_GETCONF_NAMES.get(level, ""))
+    try:
+        size = int(value) if value is not None else 0
+    except ValueError:
+        return None
+    return size if size > 0 else None
+
+
+def detected_cache_bytes(level: int) -> int | None:
+    """sysfs first, then CPUID (``getconf``); None if neither knows."""
+    return cache_bytes(level) or cpuid_cache_bytes(level)
 
 
 def hostname() -> str:

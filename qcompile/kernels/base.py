@@ -138,6 +138,12 @@ class KernelFamily:
         """
         return None
 
+    def layout_of(self, func) -> dict | None:
+        """The weight layout a scheduled PrimFunc reads, when its schedule chose one (a JSON
+        dict the build stores in the manifest and ``prepare(layout=...)`` accepts); None when
+        it reads the operands as ``prepare`` gives them by default."""
+        return None
+
     def bytes_read(self, spec: KernelSpec) -> int:
         """Every byte one call must read (weights, scales, activations): the GB/s numerator."""
         raise NotImplementedError

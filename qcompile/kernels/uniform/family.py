@@ -9,6 +9,7 @@ import numpy as np
 from qcompile.errors import FormatError
 from qcompile.formats.gptq import GptqTensors, quantize_rtn
 from qcompile.kernels.base import KernelFamily, PreparedWeights
+from qcompile.kernels.uniform import layout as weight_layout
 from qcompile.kernels.uniform.spec import UniformSpec
 
 _ACTIVATION_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -65,7 +66,8 @@ class UniformFamily(KernelFamily):
         )
 
     def prepare(self, spec: UniformSpec, device: str = "cpu", *, qweight, scales, qzeros,
-                g_idx=None, zero_convention: str = "v1", bias=None) -> PreparedWeights:
+                g_idx=None, zero_convention: str = "v1", bias=None,
+                layout: dict | None = None) -> PreparedWeights:
         """GPTQ tensors -> kernel operands, once per layer.
 
         act_order weights (``g_idx`` not ``k // group_size``) are made sequential here: rows
@@ -85,12 +87,16 @@ class UniformFamily(KernelFamily):
             Group of each input row; None means ``k // group_size``.
         bias : float16/bfloat16/float32 [N], optional
             Added to every output row (in float32, before the output's rounding is kept).
+        layout : dict, optional
+            The weight layout the kernel reads (its manifest's ``layout``, see layout.py);
+            None keeps GPTQ's layout.
 
         Returns
         -------
         PreparedWeights
             tensors: qweight int32 [K*bits/32, N] (rows in P order), scales float16 [G, N],
-            zeros uint8 [G, N], and for ``act_order`` specs perm int32 [K]; extras: ``perm``
+            zeros uint8 [G, N] (each [N/T, rows, T] in the ``n_tiled`` layout), and for
+            ``act_order`` specs perm int32 [K]; extras: ``layout`` (the layout), ``perm``
             (int64 [K], the separate gather) when the rows were reordered and the spec does
             not gather itself, ``bias`` (float32 [N]) when given.
         """
@@ -116,10 +122,36 @@ class UniformFamily(KernelFamily):
             extras["perm"] = torch.from_numpy(permutation).to(device)
         if bias is not None:
             extras["bias"] = self._bias(spec, bias).to(device)
-        tensors = tuple(kernel_ready(torch.from_numpy(np.ascontiguousarray(a)).to(device))
-                        for a in operands)
+        by_name = weight_layout.pack(
+            {name: torch.from_numpy(np.ascontiguousarray(a))
+             for name, a in zip(names, operands, strict=True)},
+            layout)
+        extras["layout"] = layout
+        tensors = tuple(kernel_ready(by_name[name].to(device)) for name in names)
         return PreparedWeights(spec_digest=spec.digest(), tensors=tensors, names=tuple(names),
                                extras=extras)
+
+    def layout_of(self, func) -> dict | None:
+        """The weight layout scheduled PrimFunc ``func`` reads (layout.py); None for GPTQ's."""
+        return weight_layout.layout_of(func)
+
+    def relayout(self, spec: UniformSpec, prepared: PreparedWeights,
+                 layout: dict | None) -> PreparedWeights:
+        """``prepared`` (GPTQ layout) packed into ``layout``: new tensors, same extras."""
+        from dataclasses import replace
+
+        current = prepared.extras.get("layout")
+        if current == layout:
+            return prepared
+        if current is not None:
+            raise FormatError(f"weights already packed as {weight_layout.describe(current)}; "
+                              "relayout starts from GPTQ's layout")
+        from qcompile.tensors import kernel_ready
+
+        by_name = weight_layout.pack(dict(zip(prepared.names, prepared.tensors, strict=True)),
+                                     layout)
+        return replace(prepared, tensors=tuple(kernel_ready(by_name[n]) for n in prepared.names),
+                       extras={**prepared.extras, "layout": layout})
 
     @staticmethod
     def _bias(spec: UniformSpec, bias):

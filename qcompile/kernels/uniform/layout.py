@@ -1,0 +1,108 @@
+"""Weight layouts of the uniform family, chosen by the schedule and packed at ``prepare`` time.
+
+A GEMV streams every weight once, so how the bytes lie decides how close a kernel gets to the
+memory bandwidth. GPTQ's layout (qweight [K*b/32, N], scales and zeros [G, N]) makes a kernel
+that owns a tile of ``T`` columns read ``4*T`` bytes, then jump a whole row of N: a new page
+every few rows and three strided streams per tile. QIGen stores the matrix in blocks instead.
+
+``n_tiled`` (tile T) is that blocked layout: column tiles of T = t_u * lanes, each stored whole
+and contiguous, K-major inside::
+
+    qweight  [N/T, K*b/32, T]   int32      qweight_tiled[j, r, c] = qweight[r, j*T + c]
+    scales   [N/T, G, T]        float16
+    zeros    [N/T, G, T]        uint8
+
+so a parallel task reading consecutive tiles reads one contiguous range of each operand. The
+design space applies it with ``transform_layout`` on the function's parameters: the layout is
+part of the schedule's trace, hence of the tuning record, and :func:`layout_of` reads it back from
+a scheduled function (the build writes it into the manifest; ``Kernel.prepare`` packs for it).
+
+Z-order (the paper's option for blocks of K x N) is not used: with one pass over the weights per
+GEMV and whole-K column tiles, tiles are already read in address order; a Z curve would only
+interleave K blocks of neighbouring tiles.
+"""
+
+from __future__ import annotations
+
+from qcompile.errors import ArgumentError, SpecError
+
+#: The layout name in manifests and ``PreparedWeights.extras["layout"]``.
+N_TILED = "n_tiled"
+
+#: Operands the layout rewrites, with the block that reads each.
+_OPERANDS = (("qweight", "group_dot"), ("scales", "combine"), ("zeros", "combine"))
+
+
+def n_tiled(tile_n: int) -> dict:
+    """The layout descriptor ``{"kind": "n_tiled", "tile_n": T}``."""
+    return {"kind": N_TILED, "tile_n": int(tile_n)}
+
+
+def apply(sch, n: int, tile_n: int) -> None:
+    """Rewrite qweight, scales and zeros of ``sch``'s function into column tiles of ``tile_n``.
+
+    Parameters
+    ----------
+    sch : Schedule
+        An unscheduled uniform workload (blocks ``group_dot`` and ``combine`` present).
+    n : int
+        N, which ``tile_n`` must divide.
+    tile_n : int
+        Columns per tile.
+    """
+    if tile_n <= 0 or n % tile_n:
+        raise SpecError(f"layout tile {tile_n} must divide N={n}")
+    for buffer, block in _OPERANDS:
+        sch.transform_layout(sch.get_sblock(block), buffer,
+                             lambda r, c: (c // tile_n, r, c % tile_n))
+
+
+def layout_of(func) -> dict | None:
+    """The layout a scheduled PrimFunc reads its weights in; None for GPTQ's layout."""
+    for param in func.params:  # TVM 0.27: a parameter is its buffer (name, shape)
+        if param.name == "qweight":
+            shape = [int(d) for d in param.shape]
+            if len(shape) == 3:
+                return n_tiled(shape[2])
+            return None
+    return None
+
+
+def pack(tensors: dict, layout: dict | None) -> dict:
+    """GPTQ-layout operands -> operands in ``layout`` (torch tensors, new memory).
+
+    Parameters
+    ----------
+    tensors : dict of str to torch.Tensor
+        ``qweight`` int32 [R, N], ``scales`` float16 [G, N], ``zeros`` uint8 [G, N] and any
+        other operands (returned unchanged).
+    layout : dict or None
+        :func:`n_tiled` or None (no change).
+    """
+    if layout is None:
+        return dict(tensors)
+    if layout.get("kind") != N_TILED:
+        raise SpecError(f"unknown weight layout {layout!r}; known: {N_TILED}")
+    tile = int(layout["tile_n"])
+    out = dict(tensors)
+    for name, _ in _OPERANDS:
+        t = tensors[name]
+        rows, n = t.shape
+        if n % tile:
+            raise SpecError(f"layout tile {tile} must divide N={n} ({name})")
+        out[name] = t.reshape(rows, n // tile, tile).permute(1, 0, 2).contiguous()
+    return out
+
+
+def check_match(prepared_layout: dict | None, kernel_layout: dict | None, kernel_name: str):
+    """Raise ArgumentError when weights were packed for another layout than the kernel reads."""
+    if prepared_layout != kernel_layout:
+        raise ArgumentError(
+            f"weights are in layout {describe(prepared_layout)} but {kernel_name} reads "
+            f"{describe(kernel_layout)}: prepare them with this kernel (kernel.prepare)")
+
+
+def describe(layout: dict | None) -> str:
+    if layout is None:
+        return "gptq [K*b/32, N]"
+    return f"{layout['kind']} (tiles of {layout['tile_n']} columns)"
