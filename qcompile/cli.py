@@ -4,13 +4,15 @@
     qcompile tune  --target avx2 [spec] [--trials N] [--db URL]
     qcompile tune  --target avx2 --from-gptq DIR [--batch M] [--trials N] [--db URL]
     qcompile build --target avx2 [spec] [--db URL] --out DIR
+    qcompile quantize --family mixed [spec] --weight W.npy --calibration X.npy --out W.npz
     qcompile db info|ls|best|export|import|prune|merge|upgrade|check [--db URL]  (cli_db.py)
 
 --db URL names a shared team database (PostgreSQL, MySQL/MariaDB, SQLite): tune and build read
 it first, then the local one; --db-readonly writes new records to the local one instead.
 
 Spec flags: --family (uniform), --bits (4), --group-size (128; -1 = whole column),
---shape KxN (4096x4096), --batch M (1), --dtype (float32).
+--shape KxN (4096x4096), --batch M (1), --dtype (float32); mixed: --g1, --g2, --g4,
+--four-bit-share, --outlier-share.
 """
 
 from __future__ import annotations
@@ -157,6 +159,30 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quantize(args: argparse.Namespace) -> int:
+    """``qcompile quantize``: float weights + calibration data -> the family's arrays (.npz)."""
+    import numpy as np
+
+    from qcompile.errors import SpecError
+
+    spec = spec_from_args(args)
+    family = get_family(spec.family)
+    if not hasattr(family, "quantize"):
+        raise SpecError(f"family {spec.family!r} has no quantizer; quantize supports: mixed")
+    weight = np.load(args.weight)
+    calibration = np.load(args.calibration) if args.calibration else None
+    hessian = np.load(args.hessian) if args.hessian else None
+    result = family.quantize(spec, weight, calibration=calibration, hessian=hessian)
+    np.savez(args.out, **result.tensors.operands())
+    report = result.report()
+    print(json.dumps(report, indent=2) if args.json else
+          f"{spec.name()}: {report['average_bits']:.3f} bits per weight (eq. 10: "
+          f"{report['eq10_bits']:.3f}), {report['four_bit_groups']} of {report['groups']} groups "
+          f"4-bit, {report['outliers']} outliers, weight error {report['weight_error']:.4f}, "
+          f"calibration output error {report['output_error']:.3e}; wrote {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qcompile", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -192,6 +218,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_db_argument(p)
     add_layer_arguments(p)
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("quantize", help="quantize float weights with calibration data into a "
+                                        "family's arrays (.npz for Kernel.prepare(**arrays))")
+    add_spec_arguments(p)
+    p.add_argument("--weight", required=True, metavar="NPY", help="float weight [K, N] (.npy)")
+    p.add_argument("--calibration", metavar="NPY", help="calibration activations [S, K] (.npy)")
+    p.add_argument("--hessian", metavar="NPY", help="or the Hessian [K, K] (.npy)")
+    p.add_argument("--out", required=True, metavar="NPZ", help="where the arrays go")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_quantize)
 
     p = sub.add_parser("db", help="look after the tuning database (qcompile db -h)")
     add_db_commands(p.add_subparsers(dest="db_command", required=True))

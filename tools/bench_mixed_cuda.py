@@ -55,17 +55,17 @@ def workloads(k: int, n: int, m: int, g4: int) -> dict[str, object]:
     return specs
 
 
-def kernel_function(spec, preset, storage, out_dir: Path):
-    """(function(x, *operands, y), origin): the database's best record, else untuned."""
+def load_kernel(spec, preset, storage, out_dir: Path):
+    """(qcompile Kernel, origin): the database's best record, else the untuned heuristic."""
     if storage is not None:
         try:
             result = build(spec, preset, out_dir, storage=storage)
-            return qcompile.load(result.so_path).function, {
+            return qcompile.load(result.so_path), {
                 "source": "tuned", "record": result.record_id, "tuned_us": result.tuned_us}
         except NoRecordError:
             pass
     result = build_untuned(spec, preset, out_dir)
-    return qcompile.load(result.so_path).function, {"source": "untuned heuristic"}
+    return qcompile.load(result.so_path), {"source": "untuned heuristic"}
 
 
 def order_functions(spec: MixedSpec, preset, k_lanes: list[int], n_lanes: list[int]):
@@ -88,10 +88,12 @@ def order_functions(spec: MixedSpec, preset, k_lanes: list[int], n_lanes: list[i
     return out
 
 
-def timed_kernel(label, function, spec, x, l2, tensors):
-    """(Timed, max relative error) of ``function`` on the family's random valid operands."""
+def timed_kernel(label, function, spec, x, l2, tensors, kernel=None):
+    """(Timed, max relative error) of ``function`` on the family's random valid operands,
+    prepared by ``kernel`` (a loaded kernel knows its weight layout) or by the family."""
     family = get_family(spec.family)
-    prepared = family.prepare(spec, device="cuda", **tensors)
+    prepared = (kernel.prepare(**tensors) if kernel is not None
+                else family.prepare(spec, device="cuda", **tensors))
     reference = torch.from_numpy(family.reference(spec, x.cpu().numpy(), **tensors)).cuda()
     y = torch.full((spec.m, spec.n), float("nan"), device="cuda")
     function(x, *prepared.tensors, y)
@@ -148,8 +150,8 @@ def main(argv=None) -> int:
     timed, rows = [], {}
     for label, spec in specs.items():
         tensors = get_family(spec.family).example_tensors(spec, rng)
-        function, origin = kernel_function(spec, preset, storage, out_dir)
-        t, error = timed_kernel(label, function, spec, x, l2, tensors)
+        kernel, origin = load_kernel(spec, preset, storage, out_dir)
+        t, error = timed_kernel(label, kernel.function, spec, x, l2, tensors, kernel)
         timed.append(t)
         rows[label] = {"kernel": label, "spec": spec.name(), "origin": origin,
                        "max_rel_error": error}

@@ -1,6 +1,8 @@
 """The mixed 2/4/16-bit format and quantizer: average bits, layout rules, the quantizer's
 choices on constructed weights, outliers only in 2-bit groups, second-order scales."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -15,8 +17,9 @@ K, N = 512, 256
 def test_paper_setting_stays_under_three_bits():
     """25% 4-bit, g1 = g2 = 16, 0.2% outliers: eq. (10) gives the paper's 2.84, and every
     stored bit (4-bit scales and zeros, outliers, row pointers, group order) stays <= 3.0."""
-    for k, n in ((4096, 4096), (8192, 28672), (4096, 11008)):
-        layout = MixedLayout.from_shares(k, n, g1=16, g2=16, g4=128, four_bit_share=0.25,
+    for (k, n), g4 in itertools.product(((4096, 4096), (8192, 28672), (4096, 11008)),
+                                        (64, 128)):
+        layout = MixedLayout.from_shares(k, n, g1=16, g2=16, g4=g4, four_bit_share=0.25,
                                          outlier_share=0.002)
         bits = average_bits(layout)
         assert layout.groups4 * 4 == layout.groups
@@ -166,3 +169,29 @@ def test_quantizer_rejects_bad_inputs():
         quantize(w, layout, x=np.ones((4, 100)))
     with pytest.raises(FormatError, match="not positive definite"):
         quantize(w, layout, h=-np.eye(K), damp=0.0)
+
+
+def test_cli_quantize_writes_arrays_the_kernel_prepares(tmp_path, capsys):
+    from qcompile.cli import main
+    from qcompile.kernels import MixedSpec, get_family
+
+    rng = np.random.default_rng(7)
+    np.save(tmp_path / "w.npy", rng.standard_normal((K, N)).astype(np.float32) * 0.02)
+    np.save(tmp_path / "x.npy", rng.standard_normal((64, K)).astype(np.float32))
+    out = tmp_path / "w.npz"
+    code = main(["quantize", "--family", "mixed", "--shape", f"{K}x{N}", "--g4", "64",
+                 "--weight", str(tmp_path / "w.npy"), "--calibration", str(tmp_path / "x.npy"),
+                 "--out", str(out)])
+    assert code == 0
+    assert "bits per weight (eq. 10: 2.840)" in capsys.readouterr().out
+    spec = MixedSpec(k=K, n=N)
+    family = get_family("mixed")
+    arrays = dict(np.load(out))
+    prepared = family.prepare(spec, **arrays)
+    assert prepared.names == tuple(spec.layout.shapes())
+    expect = quantize(np.load(tmp_path / "w.npy"), spec.layout,
+                      x=np.load(tmp_path / "x.npy")).tensors.dequantize()
+    np.testing.assert_array_equal(family.reference_weight(spec, **arrays), expect)
+    code = main(["quantize", "--family", "uniform", "--shape", f"{K}x{N}",
+                 "--weight", str(tmp_path / "w.npy"), "--out", str(out)])
+    assert code == 2 and "has no quantizer" in capsys.readouterr().err
