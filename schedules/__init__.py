@@ -65,6 +65,22 @@ def _search_settings(target_class: str):
     return [ms.postproc.DisallowDynamicLoop()], {MutateCategorical(): 1.0}
 
 
+def search_strategy(target_class: str):
+    """The evolutionary search for our spaces on ``target_class``.
+
+    CPU spaces hold a few hundred points (t_u fixed per sketch, short knob lists around the
+    QIGen model's point), so a population of 64 covers them; MetaSchedule's default of 512
+    spends most of a tuning run lowering candidates for the cost model on large layers. GPU
+    spaces keep MetaSchedule's defaults.
+    """
+    from qcompile._tvm import ms
+
+    if target_class == "cpu":
+        return ms.search_strategy.EvolutionarySearch(
+            population_size=64, init_min_unmeasured=16, genetic_num_iters=3)
+    return "evolutionary"
+
+
 def space_generator(spec: KernelSpec, target_class: str, hw):
     """MetaSchedule ``ScheduleFn`` over our design space: only our sampled knobs are tuned."""
     from qcompile._tvm import ms
