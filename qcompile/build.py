@@ -22,6 +22,7 @@ from qcompile.kernels.base import KernelSpec
 from qcompile.manifest import sha256_of, write_manifest
 from tuning_db import Storage
 from tuning_db.database import SqlDatabase
+from tuning_db.layers import Layers
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class BuildResult:
     manifest_path: Path
     record_id: int | None
     tuned_us: float | None
+    #: The database the record came from (URL without password), when it was not tuned here.
+    source: str = ""
 
 
 def scheduled_module(mod, record, target) -> _tvm.tvm.IRModule:
@@ -45,8 +48,11 @@ def scheduled_module(mod, record, target) -> _tvm.tvm.IRModule:
 
 
 def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | None = None,
-          hw=None) -> BuildResult:
+          hw=None, layers: Layers | None = None) -> BuildResult:
     """Compile the best record of ``spec`` on ``preset`` into ``out_dir/<name>.so`` + manifest.
+
+    ``layers`` (default: ``storage`` alone) are searched together, the shared database first:
+    a record a teammate tuned in the shared database builds here with no tuning at all.
 
     Raises
     ------
@@ -54,25 +60,27 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
         The database has no successful record for this spec on this target; the message gives
         the ``qcompile tune`` command that makes one.
     """
-    storage = storage or Storage()
+    layers = layers or Layers.single(storage or Storage())
     hw = hw or preset.hardware()
     target = _tvm.Target(preset.tvm_target(hw))
     mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, preset.kind))
-    best = SqlDatabase(storage, target).best(mod)
+    best = SqlDatabase(layers.writer, target, readers=layers.readers).best(mod)
     if best is None:
         raise NoRecordError(
             f"no tuned record for {spec.name()} on {preset.name} "
-            f"({_target_label(preset, hw)}) in {storage.display_url}; run: qcompile tune "
+            f"({_target_label(preset, hw)}) in {layers.describe()}; run: qcompile tune "
             f"{spec_cli_args(spec)} --target {preset.name}"
         )
     workload, record = best
     scheduled = scheduled_module(mod, record, target)
     so_path, manifest = export(spec, preset, target, scheduled, out_dir, {
         "id": record.id, "digest": record.digest, "mean_us": record.mean_us,
-        "workload_digest": workload.digest, "database": storage.display_url,
+        "workload_digest": workload.digest, "database": record.database,
+        "measured_by": {"host": record.host, "user": record.user, "device": record.device_model,
+                        "tvm": record.tvm_version, "qcompile": record.qcompile_version},
     })
     return BuildResult(so_path=so_path, manifest_path=manifest, record_id=record.id,
-                       tuned_us=record.mean_us)
+                       tuned_us=record.mean_us, source=record.database)
 
 
 def build_untuned(spec: KernelSpec, preset, out_dir: str | Path, *, hw=None,
@@ -152,7 +160,7 @@ def spec_cli_args(spec: KernelSpec) -> str:
     args = [f"--family {data.pop('family')}"]
     if "k" in data and "n" in data:
         args.append(f"--shape {data.pop('k')}x{data.pop('n')}")
-    renames = {"group_size": "group-size", "m": "batch"}
+    renames = {"group_size": "group-size", "m": "batch", "q": "bits"}
     for key, value in data.items():
         args.append(f"--{renames.get(key, key).replace('_', '-')} {value}")
     return " ".join(args)

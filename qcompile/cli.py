@@ -4,10 +4,15 @@
     qcompile tune  --target avx2 [spec] [--trials N] [--db URL]
     qcompile tune  --target avx2 --from-gptq DIR [--batch M] [--trials N] [--db URL]
     qcompile build --target avx2 [spec] [--db URL] --out DIR
-    qcompile db ls [--db URL]
+    qcompile quantize --family mixed [spec] --weight W.npy --calibration X.npy --out W.npz
+    qcompile db info|ls|best|export|import|prune|merge|upgrade|check [--db URL]  (cli_db.py)
+
+--db URL names a shared team database (PostgreSQL, MySQL/MariaDB, SQLite): tune and build read
+it first, then the local one; --db-readonly writes new records to the local one instead.
 
 Spec flags: --family (uniform), --bits (4), --group-size (128; -1 = whole column),
---shape KxN (4096x4096), --batch M (1), --dtype (float32).
+--shape KxN (4096x4096), --batch M (1), --dtype (float32); mixed: --g1, --g2, --g4,
+--four-bit-share, --outlier-share.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import re
 import sys
 
 import targets
+from qcompile.cli_db import add_db_commands, add_layer_arguments
 from qcompile.errors import QCompileError
 from qcompile.kernels import FAMILIES, get_family
 from qcompile.kernels.base import KernelSpec
@@ -67,6 +73,12 @@ def _storage(args):
     return Storage(args.db)
 
 
+def _layers(args):
+    from qcompile.cli_db import open_layers
+
+    return open_layers(args)
+
+
 def cmd_targets(args: argparse.Namespace) -> int:
     rows = []
     for preset in targets.PRESETS.values():
@@ -107,8 +119,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return tune_checkpoint(args)
     spec = spec_from_args(args)
     preset = targets.get(args.target)
-    summary = tune(spec, preset, trials=args.trials, storage=_storage(args), seed=args.seed,
-                   progress=not args.quiet)
+    summary = tune(spec, preset, trials=args.trials, layers=_layers(args), seed=args.seed,
+                   progress=not args.quiet, force=args.force)
     print("\n".join(summary.lines()))
     return 0 if summary.best_us is not None else 1
 
@@ -121,15 +133,15 @@ def tune_checkpoint(args: argparse.Namespace) -> int:
     layers = load(args.from_gptq)
     specs = distinct_specs(layers, m=args.batch, dtype=args.dtype)
     preset = targets.get(args.target)
-    storage = _storage(args)
+    db_layers = _layers(args)
     print(f"{args.from_gptq}: {len(layers)} GPTQ layers, {len(specs)} distinct kernel specs "
           f"(M={args.batch}, {args.dtype})")
     failed = 0
     for index, (spec, names) in enumerate(specs, 1):
         shared = names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
         print(f"[{index}/{len(specs)}] {spec.name()}: {shared}")
-        summary = tune(spec, preset, trials=args.trials, storage=storage, seed=args.seed,
-                       progress=not args.quiet)
+        summary = tune(spec, preset, trials=args.trials, layers=db_layers, seed=args.seed,
+                       progress=not args.quiet, force=args.force)
         print("\n".join(summary.lines()))
         failed += summary.best_us is None
     return 1 if failed else 0
@@ -139,30 +151,35 @@ def cmd_build(args: argparse.Namespace) -> int:
     from qcompile.build import build
 
     spec = spec_from_args(args)
-    result = build(spec, targets.get(args.target), args.out, storage=_storage(args))
+    result = build(spec, targets.get(args.target), args.out, layers=_layers(args))
     print(f"built {result.so_path} from record {result.record_id} "
           f"(tuned {result.tuned_us:.1f} us); manifest {result.manifest_path}")
+    if result.source:
+        print(f"  0 trials: the record comes from {result.source}")
     return 0
 
 
-def _target_label(target_json: str) -> str:
-    target = json.loads(target_json)
-    detail = target.get("mcpu") or target.get("arch") or ""
-    cores = target.get("num-cores")
-    return " ".join(str(p) for p in (target.get("kind"), detail, f"{cores}c" if cores else "") if p)
+def cmd_quantize(args: argparse.Namespace) -> int:
+    """``qcompile quantize``: float weights + calibration data -> the family's arrays (.npz)."""
+    import numpy as np
 
+    from qcompile.errors import SpecError
 
-def cmd_db_ls(args: argparse.Namespace) -> int:
-    storage = _storage(args)
-    summaries = storage.summaries()
-    if not summaries:
-        print(f"no workloads in {storage.display_url}")
-        return 0
-    print(f"{'workload':44s} {'target':28s} {'records':>8s} {'ok':>5s} {'best us':>10s}")
-    for s in summaries:
-        best = f"{s.best_us:10.1f}" if s.best_us is not None else f"{'-':>10s}"
-        print(f"{s.name:44s} {_target_label(s.target_json):28s} {s.records:8d} "
-              f"{s.ok_records:5d} {best}")
+    spec = spec_from_args(args)
+    family = get_family(spec.family)
+    if not hasattr(family, "quantize"):
+        raise SpecError(f"family {spec.family!r} has no quantizer; quantize supports: mixed")
+    weight = np.load(args.weight)
+    calibration = np.load(args.calibration) if args.calibration else None
+    hessian = np.load(args.hessian) if args.hessian else None
+    result = family.quantize(spec, weight, calibration=calibration, hessian=hessian)
+    np.savez(args.out, **result.tensors.operands())
+    report = result.report()
+    print(json.dumps(report, indent=2) if args.json else
+          f"{spec.name()}: {report['average_bits']:.3f} bits per weight (eq. 10: "
+          f"{report['eq10_bits']:.3f}), {report['four_bit_groups']} of {report['groups']} groups "
+          f"4-bit, {report['outliers']} outliers, weight error {report['weight_error']:.4f}, "
+          f"calibration output error {report['output_error']:.3e}; wrote {args.out}")
     return 0
 
 
@@ -188,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tune every distinct layer shape of this GPTQ checkpoint (bits, group "
                         "size and shapes come from it; --batch and --dtype still apply)")
     add_db_argument(p)
+    add_layer_arguments(p)
+    p.add_argument("--force", action="store_true",
+                   help="tune even when the databases already hold enough records (default: "
+                        "reuse them, 0 trials)")
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("build", help="compile the best record into DIR/<name>.so + manifest")
@@ -195,13 +216,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_spec_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     add_db_argument(p)
+    add_layer_arguments(p)
     p.set_defaults(func=cmd_build)
 
-    p = sub.add_parser("db", help="inspect the tuning database")
-    db_sub = p.add_subparsers(dest="db_command", required=True)
-    ls = db_sub.add_parser("ls", help="a line per workload: name, target, records, best us")
-    add_db_argument(ls)
-    ls.set_defaults(func=cmd_db_ls)
+    p = sub.add_parser("quantize", help="quantize float weights with calibration data into a "
+                                        "family's arrays (.npz for Kernel.prepare(**arrays))")
+    add_spec_arguments(p)
+    p.add_argument("--weight", required=True, metavar="NPY", help="float weight [K, N] (.npy)")
+    p.add_argument("--calibration", metavar="NPY", help="calibration activations [S, K] (.npy)")
+    p.add_argument("--hessian", metavar="NPY", help="or the Hessian [K, K] (.npy)")
+    p.add_argument("--out", required=True, metavar="NPZ", help="where the arrays go")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_quantize)
+
+    p = sub.add_parser("db", help="look after the tuning database (qcompile db -h)")
+    add_db_commands(p.add_subparsers(dest="db_command", required=True))
     return parser
 
 

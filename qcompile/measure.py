@@ -53,10 +53,13 @@ class MeasurePolicy:
         return ms.builder.LocalBuilder(max_workers=self.build_workers,
                                        timeout_sec=self.build_timeout_s, f_build=fast_build)
 
-    def runner(self):
+    def runner(self, f_alloc_argument=None):
+        """LocalRunner with these settings; ``f_alloc_argument`` (a family's
+        ``measure_arguments``) makes the operands, None: MetaSchedule's random fill."""
         from qcompile._tvm import ms
 
         config = ms.runner.EvaluatorConfig(number=self.number, repeat=self.repeat,
                                            min_repeat_ms=self.min_repeat_ms,
                                            enable_cpu_cache_flush=False)
-        return ms.runner.LocalRunner(timeout_sec=self.run_timeout_s, evaluator_config=config)
+        return ms.runner.LocalRunner(timeout_sec=self.run_timeout_s, evaluator_config=config,
+                                     f_alloc_argument=f_alloc_argument)

@@ -18,6 +18,7 @@ from schedules import search_strategy, space_generator
 from targets.host import usable_cores
 from tuning_db import Storage
 from tuning_db.database import SqlDatabase, default_provenance
+from tuning_db.layers import Layers
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +37,24 @@ class TuneSummary:
     record_id: int | None
     elapsed_s: float
     database: str
+    #: Records already there (every layer) that counted toward the budget.
+    reused: int = 0
+    #: Where the best record lives (URL without password), when it was reused.
+    source: str = ""
 
     def lines(self) -> list[str]:
         best = f"{self.best_us:.1f} us" if self.best_us is not None else "none (no valid record)"
         rate = f"{self.gbps:.1f} GB/s effective" if self.gbps is not None else "-"
+        if self.reused and self.trials == 0:
+            return [
+                f"tuned {self.name} for {self.target}: 0 trials, reused {self.reused} records "
+                f"(--force tunes anyway)",
+                f"  best      {best}   {rate}   (record {self.record_id} in {self.source})",
+            ]
+        resumed = f", after {self.reused} records already there" if self.reused else ""
         return [
             f"tuned {self.name} for {self.target}: {self.trials} trials in {self.elapsed_s:.0f} s "
-            f"({self.failed} failed)",
+            f"({self.failed} failed{resumed})",
             f"  best      {best}   {rate}   (record {self.record_id})",
             f"  stored    {self.stored} records in {self.database}",
         ]
@@ -60,7 +72,8 @@ def _provenance(preset):
 
 def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None = None,
          seed: int = 0, hw=None, policy: MeasurePolicy | None = None,
-         progress: bool = True, work_dir: str | None = None) -> TuneSummary:
+         progress: bool = True, work_dir: str | None = None, layers: Layers | None = None,
+         force: bool = False) -> TuneSummary:
     """Tune ``spec`` for ``preset`` with a budget of ``trials`` measured candidates.
 
     Parameters
@@ -82,6 +95,13 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
         Draw a progress bar on stderr.
     work_dir : str, optional
         Keeps MetaSchedule's logs there; default: a temporary directory.
+    layers : tuning_db.layers.Layers, optional
+        Shared database then local one (lookups), and where writes go; overrides ``storage``.
+    force : bool
+        Tune ``trials`` candidates whatever the databases hold. Without it, the records already
+        measured for this spec on this target (every layer, this TVM series) count toward the
+        budget: when they reach ``trials`` and one succeeded, nothing is tuned ("0 trials,
+        reused"); when fewer, only the rest is tuned, seeded by them (a killed run resumes).
     """
     if trials <= 0:
         raise ValueError(f"trials must be positive; got {trials}")
@@ -93,14 +113,29 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
                 f"cannot run one: {reason}. Tune on a GPU machine (tools/tune_cuda.py) and "
                 f"bring its records here; qcompile build --target {preset.name} needs no GPU")
     _tvm.quiet_meta_schedule()
-    storage = storage or Storage()
+    layers = layers or Layers.single(storage or Storage())
+    storage = layers.writer
     hw = hw or preset.hardware()
     target = _tvm.Target(preset.tvm_target(hw))
     cores = getattr(hw, "cores", None) or usable_cores()  # a GPU model has no cores: the host's
     policy = policy or MeasurePolicy(build_workers=cores)
     family = family_of(spec)
     mod = _tvm.normalize_mod(family.compute_for(spec, preset.kind))
-    database = SqlDatabase(storage, target, provenance=_provenance(preset))
+    database = SqlDatabase(storage, target, provenance=_provenance(preset),
+                           readers=layers.readers)
+    started = time.monotonic()
+    reused = 0 if force else database.measured(mod)
+    if reused:
+        best = database.best(mod)
+        if best is not None and reused >= trials:
+            log.info("%s: %d records already measured; 0 trials", spec.name(), reused)
+            best_us = best[1].mean_us
+            return TuneSummary(
+                name=spec.name(), target=preset.name, trials=0, failed=0, stored=0,
+                best_us=best_us, gbps=family.bytes_read(spec) / (best_us * 1e3),
+                record_id=best[1].id, elapsed_s=time.monotonic() - started,
+                database=layers.describe(), reused=reused, source=best[1].database)
+        trials = max(1, trials - reused)
     database.register(mod)  # fail here, with our error, before MetaSchedule's FFI wraps it
     recorder = RecordMeasurements(database)
     callbacks = [recorder, _tvm.ms.measure_callback.RemoveBuildArtifact(),
@@ -109,7 +144,6 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
     if progress:
         bar = ProgressBar(trials, recorder, label=f"{spec.name()} @{preset.name}")
         callbacks.append(bar)
-    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="qcompile-tune-") as scratch:
         context = _tvm.ms.TuneContext(
             mod=mod, target=target, space_generator=space_generator(spec, preset.kind, hw),
@@ -120,7 +154,8 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
         _tvm.ms.tune.tune_tasks(
             tasks=[context], task_weights=[1.0], work_dir=work_dir or scratch,
             max_trials_global=trials, num_trials_per_iter=min(trials, 16),
-            builder=policy.builder(), runner=policy.runner(), database=database,
+            builder=policy.builder(), runner=policy.runner(family.measure_arguments(spec)),
+            database=database,
             cost_model="xgb", measure_callbacks=callbacks, task_scheduler="round-robin",
         )
     if bar is not None:
@@ -132,5 +167,5 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
         stored=recorder.stored, best_us=best_us,
         gbps=family.bytes_read(spec) / (best_us * 1e3) if best_us else None,
         record_id=best[1].id if best else None, elapsed_s=time.monotonic() - started,
-        database=storage.display_url,
+        database=storage.display_url, reused=reused,
     )

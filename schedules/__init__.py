@@ -11,7 +11,11 @@ from collections.abc import Callable
 
 from qcompile.errors import SpecError
 from qcompile.kernels.base import KernelSpec
+from schedules.cpu import bcq as cpu_bcq
+from schedules.cpu import mixed as cpu_mixed
 from schedules.cpu import uniform as cpu_uniform
+from schedules.cuda import bcq as cuda_bcq
+from schedules.cuda import mixed as cuda_mixed
 from schedules.cuda import uniform as cuda_uniform
 
 DesignSpace = Callable  # (Schedule, spec, hardware) -> list[Schedule]
@@ -19,13 +23,23 @@ DesignSpace = Callable  # (Schedule, spec, hardware) -> list[Schedule]
 _SPACES: dict[tuple[str, str], DesignSpace] = {
     ("uniform", "cpu"): cpu_uniform.design_space,
     ("uniform", "cuda"): cuda_uniform.design_space,
+    ("bcq", "cpu"): cpu_bcq.design_space,
+    ("bcq", "cuda"): cuda_bcq.design_space,
+    ("mixed", "cpu"): cpu_mixed.design_space,
+    ("mixed", "cuda"): cuda_mixed.design_space,
 }
+
+#: Families whose compute has a loop with data-dependent bounds by design (the mixed family's
+#: CSR outliers): their candidates must not be dropped by DisallowDynamicLoop.
+_DATA_DEPENDENT_LOOPS = {"mixed"}
 
 #: A valid, reasonable schedule without tuning, where seeded sampling could pick an invalid one
 #: (GPU spaces: too many threads, too much shared memory). Others use the first sketch, seeded.
 _UNTUNED: dict[tuple[str, str], Callable] = {
     ("uniform", "cpu"): cpu_uniform.heuristic_schedule,
     ("uniform", "cuda"): cuda_uniform.heuristic_schedule,
+    ("bcq", "cuda"): cuda_bcq.heuristic_schedule,
+    ("mixed", "cuda"): cuda_mixed.heuristic_schedule,
 }
 
 
@@ -91,5 +105,7 @@ def space_generator(spec: KernelSpec, target_class: str, hw):
         return design_space(sch, spec, hw)
 
     postprocs, mutators = _search_settings(target_class)
+    if spec.family in _DATA_DEPENDENT_LOOPS:
+        postprocs = [p for p in postprocs if not isinstance(p, ms.postproc.DisallowDynamicLoop)]
     return ms.space_generator.ScheduleFn(
         schedule_fn, sch_rules=[], postprocs=postprocs, mutator_probs=mutators)

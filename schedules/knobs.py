@@ -23,7 +23,12 @@ from qcompile.errors import SpecError
 _SAMPLE_CATEGORICAL = "SampleCategorical"
 
 
-def choose(sch: Schedule, name: str, candidates: Sequence[int], fixed: dict | None = None):
+#: Probability a knob's ``prior`` value gets (the rest is spread evenly over the others).
+PRIOR_WEIGHT = 0.75
+
+
+def choose(sch: Schedule, name: str, candidates: Sequence[int], fixed: dict | None = None,
+           prior: dict | None = None):
     """Sample one of ``candidates`` (uniform prior); ``fixed[name]``, if present, pins it.
 
     Parameters
@@ -35,6 +40,9 @@ def choose(sch: Schedule, name: str, candidates: Sequence[int], fixed: dict | No
         The values the search may choose; at least one.
     fixed : dict, optional
         ``{name: value}`` pinning knobs; a value outside ``candidates`` raises ``SpecError``.
+    prior : dict, optional
+        ``{name: value}`` favoured knobs: the value gets probability :data:`PRIOR_WEIGHT`
+        (sampling and mutation still reach every candidate); ignored when not a candidate.
 
     Returns
     -------
@@ -50,7 +58,11 @@ def choose(sch: Schedule, name: str, candidates: Sequence[int], fixed: dict | No
         if value not in values:
             raise SpecError(f"knob {name}={value} is not a candidate here; candidates: {values}")
         decision = values.index(value)
-    return sch.sample_categorical(values, [1.0 / len(values)] * len(values), decision=decision)
+    probs = [1.0 / len(values)] * len(values)
+    if prior is not None and len(values) > 1 and prior.get(name) in values:
+        rest = (1.0 - PRIOR_WEIGHT) / (len(values) - 1)
+        probs = [PRIOR_WEIGHT if v == prior[name] else rest for v in values]
+    return sch.sample_categorical(values, probs, decision=decision)
 
 
 def categorical_decisions(trace) -> list[tuple[list[int], int]]:

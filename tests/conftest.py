@@ -32,21 +32,69 @@ def _postgres_schema_url():
     return engine, schema, f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}"
 
 
-@pytest.fixture(params=["sqlite-memory", "sqlite-file", "postgresql"])
-def db_url(request, tmp_path):
-    """A URL of an empty tuning database, for every backend we support."""
-    if request.param == "sqlite-memory":
-        yield "sqlite://"
-    elif request.param == "sqlite-file":
-        yield f"sqlite:///{tmp_path / 'tuning.sqlite'}"
-    else:
-        from sqlalchemy import text
+#: The MariaDB/MySQL server (root, no password). Its tests skip when it is down, unless
+#: $QCOMPILE_REQUIRE_MARIADB is set (.ci/run sets it when it could start the server).
+MARIADB_URL = os.environ.get("QCOMPILE_TEST_MARIADB", "mysql+pymysql://root@127.0.0.1:3306/test")
 
-        engine, schema, url = _postgres_schema_url()
-        yield url
+
+def _mariadb_database_url():
+    """A fresh database on the test MariaDB server, and a URL that uses it."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"qc_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    engine = create_engine(MARIADB_URL)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f"CREATE DATABASE `{name}`"))
+    except Exception as error:
+        engine.dispose()
+        if os.environ.get("QCOMPILE_REQUIRE_MARIADB"):
+            raise
+        pytest.skip(f"MariaDB at {MARIADB_URL} unavailable: {error}")
+    url = make_url(MARIADB_URL).set(database=name).render_as_string(hide_password=False)
+    return engine, name, url
+
+
+def _backend_url(backend, tmp_path):
+    """(url, cleanup) of an empty database on ``backend``."""
+    from sqlalchemy import text
+
+    if backend == "sqlite-memory":
+        return "sqlite://", lambda: None
+    if backend == "sqlite-file":
+        return f"sqlite:///{tmp_path / 'tuning.sqlite'}", lambda: None
+    if backend == "mariadb":
+        engine, name, url = _mariadb_database_url()
+
+        def drop():
+            with engine.begin() as conn:
+                conn.execute(text(f"DROP DATABASE `{name}`"))
+            engine.dispose()
+        return url, drop
+    engine, schema, url = _postgres_schema_url()
+
+    def drop():
         with engine.begin() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         engine.dispose()
+    return url, drop
+
+
+@pytest.fixture(params=["sqlite-memory", "sqlite-file", "postgresql", "mariadb"])
+def db_url(request, tmp_path):
+    """A URL of an empty tuning database, for every backend we support."""
+    url, cleanup = _backend_url(request.param, tmp_path)
+    yield url
+    cleanup()
+
+
+@pytest.fixture
+def postgres_url(tmp_path):
+    """A URL of an empty PostgreSQL schema of its own."""
+    url, cleanup = _backend_url("postgresql", tmp_path)
+    yield url
+    cleanup()
 
 
 @pytest.fixture

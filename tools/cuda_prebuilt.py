@@ -23,10 +23,11 @@ import numpy as np
 import targets
 from qcompile.kernels import UniformSpec
 
-#: (K, N, bits, group size) x M: small enough to check in seconds, every code path of the space.
-LAYERS = [(4096, 4096, 4, 128), (8192, 28672, 4, 128), (1024, 768, 2, 64), (1024, 768, 3, 128),
-          (1024, 768, 8, 32), (2048, 512, 4, -1)]
-BATCHES = (1, 4, 16)
+#: (K, N, bits, group size, M): every bit width, both layouts, every M; few, since loading each
+#: JIT-compiles it (1-2 s) on the GPU machine.
+KERNELS = [(4096, 4096, 4, 128, 1), (4096, 4096, 4, 128, 4), (4096, 4096, 4, 128, 16),
+           (1024, 768, 2, 64, 4), (1024, 768, 3, 128, 16), (1024, 768, 8, 32, 1),
+           (2048, 512, 4, -1, 4)]
 
 
 def build_all(out: Path, db: str | None, target: str) -> int:
@@ -36,19 +37,18 @@ def build_all(out: Path, db: str | None, target: str) -> int:
 
     preset = targets.get(target)
     storage = Storage(db) if db else None
-    for k, n, bits, group_size in LAYERS:
-        for m in BATCHES:
-            spec = UniformSpec(k=k, n=n, bits=bits, group_size=group_size, m=m)
-            started = time.monotonic()
-            source = "untuned"
-            try:
-                if storage is None:
-                    raise NoRecordError("no database given")
-                result = build(spec, preset, out, storage=storage)
-                source = f"record {result.record_id}"
-            except NoRecordError:
-                result = build_untuned(spec, preset, out)
-            print(f"built {result.so_path.name} ({source}) in {time.monotonic() - started:.1f} s")
+    for k, n, bits, group_size, m in KERNELS:
+        spec = UniformSpec(k=k, n=n, bits=bits, group_size=group_size, m=m)
+        started = time.monotonic()
+        source = "untuned"
+        try:
+            if storage is None:
+                raise NoRecordError("no database given")
+            result = build(spec, preset, out, storage=storage)
+            source = f"record {result.record_id}"
+        except NoRecordError:
+            result = build_untuned(spec, preset, out)
+        print(f"built {result.so_path.name} ({source}) in {time.monotonic() - started:.1f} s")
     return 0
 
 

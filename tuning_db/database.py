@@ -6,7 +6,12 @@ the best record back. One instance serves one target: MetaSchedule's ``commit_wo
 says nothing of the target, and here a workload is the pair (kernel spec, target).
 
 Lookups respect the target: ``query_tuning_record(mod, target)`` only returns records of the
-workload keyed by that target (MetaSchedule's own databases ignore it, primer G5).
+workload keyed by that target (MetaSchedule's own databases ignore it, primer G5), and the TVM
+version: only records measured with this TVM's major.minor series count, since a trace from
+another series may not replay.
+
+Lookups read every layer (:class:`tuning_db.layers.Layers`: the shared database, then the local
+one) and rank their records together; writes go to one storage.
 """
 
 from __future__ import annotations
@@ -49,6 +54,11 @@ def spec_of(mod) -> dict:
             "(qcompile.kernels) can be stored in the tuning database"
         )
     return json.loads(str(text))
+
+
+def tvm_series(version: str | None = None) -> str:
+    """A TVM version's major.minor ("0.27"): records of one series replay on each other."""
+    return ".".join((version or _tvm.TVM_VERSION).split(".")[:2])
 
 
 def default_provenance() -> Provenance:
@@ -104,11 +114,18 @@ class SqlDatabase(ms.database.PyDatabase):
         The target this view tunes and answers for.
     provenance : Provenance, optional
         Stored on every record committed through this view (host, device, versions, user).
+    readers : list of Storage, optional
+        The lookup order (the shared database, then the local one); default ``[storage]``.
+        ``storage`` receives every write.
     """
 
-    def __init__(self, storage: Storage, target, provenance: Provenance | None = None) -> None:
+    def __init__(self, storage: Storage, target, provenance: Provenance | None = None,
+                 readers: list[Storage] | None = None) -> None:
         super().__init__()
         self.storage = storage
+        self.readers = list(readers) if readers else [storage]
+        self.tvm_series = tvm_series()
+        self._found: dict[tuple[int, str], WorkloadInfo | None] = {}
         self.target = target
         self.target_json = canonical_json(_tvm.target_dict(target))
         self.target_key = target_key(_tvm.target_dict(target))
@@ -147,14 +164,49 @@ class SqlDatabase(ms.database.PyDatabase):
             if info is None:
                 return None
             workload = Workload(mod)
-        if info.mod_hash != mod_hash:
-            raise DatabaseError(
-                f"workload {info.name}: its records were tuned on different TensorIR (structural "
-                f"hash {info.mod_hash} != {mod_hash}). The compute definition changed without a "
-                "compute_version bump; bump it so the new kernel gets a fresh workload"
-            )
+        _check_hash(info, mod_hash)
         self._workloads[digest] = (info, workload)
         return info, workload
+
+    def _found_in(self, layer: int, mod, target=None) -> WorkloadInfo | None:
+        """The workload of ``mod`` in reader ``layer``, or None (cached once found)."""
+        digest = self.digest_of(mod, target)
+        key = (layer, digest)
+        if self._found.get(key) is None:
+            info = self.readers[layer].find_workload(digest)
+            if info is not None:
+                _check_hash(info, _tvm.structural_hash(mod))
+            self._found[key] = info
+        return self._found[key]
+
+    def ranked(self, mod, k: int, target=None) -> list[tuple[WorkloadInfo, RecordInfo]]:
+        """The ``k`` fastest successful records of ``mod`` over every layer, fastest first
+        (ties go to the earlier layer; a record present in two layers counts once)."""
+        found = []
+        for layer in range(len(self.readers)):
+            info = self._found_in(layer, mod, target)
+            if info is None:
+                continue
+            for record in self.readers[layer].top_records(info.id, k, self.tvm_series):
+                found.append((record.mean_us, layer, record.id, info, record))
+        found.sort(key=lambda item: item[:3])
+        seen: set[str] = set()
+        out = []
+        for *_, info, record in found:
+            if record.digest not in seen:
+                seen.add(record.digest)
+                out.append((info, record))
+        return out[:k]
+
+    def measured(self, mod, target=None) -> int:
+        """Records (every status, this TVM series) of ``mod`` over every layer: the trials
+        already spent."""
+        total = 0
+        for layer in range(len(self.readers)):
+            info = self._found_in(layer, mod, target)
+            if info is not None:
+                total += self.readers[layer].count_records(info.id, tvm_series=self.tvm_series)
+        return total
 
     def _to_tuning_record(self, record: RecordInfo, workload: Workload) -> TuningRecord:
         trace = json.loads(record.trace_json)
@@ -175,6 +227,7 @@ class SqlDatabase(ms.database.PyDatabase):
             workload_id=info.id, digest=record_digest(info.digest, trace_text), status=status,
             run_secs=secs, trace_json=trace_text, args_info_json=json.dumps(args_info),
             target_json=canonical_json(target_dict), error=error, provenance=self.provenance,
+            origin="tune",
         )
 
     def register(self, mod) -> WorkloadInfo:
@@ -187,17 +240,15 @@ class SqlDatabase(ms.database.PyDatabase):
         return self._lookup(mod, create=True)[0]
 
     def best(self, mod, target=None) -> tuple[WorkloadInfo, RecordInfo] | None:
-        """The workload and its fastest successful record on ``target``, or None."""
-        found = self._lookup(mod, target)
-        if found is None:
-            return None
-        records = self.storage.top_records(found[0].id, 1)
-        return (found[0], records[0]) if records else None
+        """The workload and its fastest successful record on ``target`` over every layer (the
+        record's ``database`` says which), or None."""
+        ranked = self.ranked(mod, 1, target)
+        return ranked[0] if ranked else None
 
     # ---- the PyDatabase interface ----------------------------------------------------------
 
     def has_workload(self, mod) -> bool:
-        return self._lookup(mod) is not None
+        return any(self._found_in(layer, mod) is not None for layer in range(len(self.readers)))
 
     def commit_workload(self, mod) -> Workload:
         return self._lookup(mod, create=True)[1]
@@ -211,26 +262,34 @@ class SqlDatabase(ms.database.PyDatabase):
             self.commit_measurement(record, STATUS_OK, None)
 
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
-        found = self._lookup(workload.mod)
-        if found is None or top_k <= 0:
+        if top_k <= 0:
             return []
-        info, stored = found
-        return [self._to_tuning_record(r, stored) for r in self.storage.top_records(info.id, top_k)]
+        return [self._to_tuning_record(record, workload)
+                for _, record in self.ranked(workload.mod, top_k)]
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
         out = []
-        for info in self.storage.workloads(self.target_key):
-            workload = Workload.from_json(json.loads(info.mod_json))
-            out.extend(self._to_tuning_record(r, workload) for r in self.storage.records(info.id))
+        for storage in self.readers:
+            for info in storage.workloads(self.target_key):
+                workload = Workload.from_json(json.loads(info.mod_json))
+                out.extend(self._to_tuning_record(r, workload) for r in storage.records(info.id))
         return out
 
     def query_tuning_record(self, mod, target, workload_name=None) -> TuningRecord | None:
-        found = self._lookup(mod, target)
-        if found is None:
+        ranked = self.ranked(mod, 1, target)
+        if not ranked:
             return None
-        records = self.storage.top_records(found[0].id, 1)
-        return self._to_tuning_record(records[0], found[1]) if records else None
+        return self._to_tuning_record(ranked[0][1], Workload(mod))
 
     def __len__(self) -> int:
         return sum(self.storage.count_records(info.id)
                    for info in self.storage.workloads(self.target_key))
+
+
+def _check_hash(info: WorkloadInfo, mod_hash: str) -> None:
+    if info.mod_hash != mod_hash:
+        raise DatabaseError(
+            f"workload {info.name}: its records were tuned on different TensorIR (structural "
+            f"hash {info.mod_hash} != {mod_hash}). The compute definition changed without a "
+            "compute_version bump; bump it so the new kernel gets a fresh workload"
+        )

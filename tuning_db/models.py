@@ -4,6 +4,10 @@ A workload is keyed by ``digest`` = sha256(spec digest, target key), never by po
 same kernel on the same target is one row in every database, whoever created it. A record is
 keyed by ``digest`` = sha256(workload digest, trace), so committing or importing the same
 measurement twice stores it once.
+
+These classes are the schema of the newest migration (:data:`tuning_db.schema.HEAD`); every
+change here comes with a revision in ``tuning_db/migrations/versions`` that makes it on an
+existing database (``qcompile db upgrade``), and a test that the two agree.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from sqlalchemy import (
     Text,
     func,
 )
+from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 #: Record statuses. Only "ok" records have a latency; failures keep their error text.
@@ -27,6 +32,10 @@ STATUS_OK = "ok"
 STATUS_BUILD_ERROR = "build_error"
 STATUS_RUN_ERROR = "run_error"
 STATUSES = (STATUS_OK, STATUS_BUILD_ERROR, STATUS_RUN_ERROR)
+
+
+#: JSON text: MySQL/MariaDB's TEXT stops at 64 KiB, so it is LONGTEXT there (revision 0002).
+JsonText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 
 
 class Base(DeclarativeBase):
@@ -41,12 +50,12 @@ class WorkloadRow(Base):
     name: Mapped[str] = mapped_column(String(200), nullable=False)
     family: Mapped[str] = mapped_column(String(32), nullable=False)
     spec_digest: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
-    spec_json: Mapped[str] = mapped_column(Text, nullable=False)
+    spec_json: Mapped[str] = mapped_column(JsonText, nullable=False)
     target_key: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
-    target_json: Mapped[str] = mapped_column(Text, nullable=False)
+    target_json: Mapped[str] = mapped_column(JsonText, nullable=False)
     # MetaSchedule's Workload JSON (structural hash, base64 IRModule): traces replay on it.
     mod_hash: Mapped[str] = mapped_column(String(40), nullable=False)
-    mod_json: Mapped[str] = mapped_column(Text, nullable=False)
+    mod_json: Mapped[str] = mapped_column(JsonText, nullable=False)
     created_at: Mapped[datetime] = mapped_column(DateTime, server_default=func.now())
 
     records: Mapped[list[RecordRow]] = relationship(back_populates="workload")
@@ -61,11 +70,11 @@ class RecordRow(Base):
     workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"), nullable=False)
     status: Mapped[str] = mapped_column(String(16), nullable=False)
     mean_us: Mapped[float | None] = mapped_column(Float, nullable=True)
-    run_secs_json: Mapped[str | None] = mapped_column(Text, nullable=True)
-    error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    trace_json: Mapped[str] = mapped_column(Text, nullable=False)
-    args_info_json: Mapped[str] = mapped_column(Text, nullable=False)
-    target_json: Mapped[str] = mapped_column(Text, nullable=False)
+    run_secs_json: Mapped[str | None] = mapped_column(JsonText, nullable=True)
+    error: Mapped[str | None] = mapped_column(JsonText, nullable=True)
+    trace_json: Mapped[str] = mapped_column(JsonText, nullable=False)
+    args_info_json: Mapped[str] = mapped_column(JsonText, nullable=False)
+    target_json: Mapped[str] = mapped_column(JsonText, nullable=False)
     # Provenance: where and with what the record was measured.
     host: Mapped[str] = mapped_column(String(255), nullable=False, default="")
     device_model: Mapped[str] = mapped_column(String(255), nullable=False, default="")
@@ -73,6 +82,9 @@ class RecordRow(Base):
     tvm_ffi_version: Mapped[str] = mapped_column(String(64), nullable=False, default="")
     qcompile_version: Mapped[str] = mapped_column(String(64), nullable=False, default="")
     user: Mapped[str] = mapped_column(String(128), nullable=False, default="")
+    # How the record came here: "tune", "import FILE", "merge URL" (revision 0002).
+    origin: Mapped[str] = mapped_column(String(255), nullable=False, default="",
+                                        server_default="")
     created_at: Mapped[datetime] = mapped_column(DateTime, server_default=func.now())
 
     workload: Mapped[WorkloadRow] = relationship(back_populates="records")

@@ -2,41 +2,62 @@
 
 Concurrency contract
 --------------------
-A :class:`Storage` is safe to share among threads, and any number of processes may open the same
-database URL at once:
+A :class:`Storage` is safe to share among threads, and any number of processes, on any number of
+machines, may open the same database URL at once and tune into it. Nothing one writer commits is
+lost, duplicated or corrupted by another:
 
-- workloads are unique by digest; :meth:`Storage.get_or_create_workload` is an insert-or-get that
-  recovers from a concurrent insert of the same digest (the unique constraint decides, the loser
-  reads the winner's row);
-- records are unique by digest; :meth:`Storage.add_record` is idempotent (a record committed twice,
-  or imported twice, is stored once);
-- every call is one transaction (:meth:`Storage._transaction`): commit on success, rollback on any
-  error, database errors translated into :class:`qcompile.errors.DatabaseError` with the password
-  removed from the URL;
-- SQLite runs in WAL mode with a busy timeout, so readers never block the writer.
+- **Unique keys, insert-or-get.** A workload is unique by ``digest`` (spec digest + target key),
+  a record by ``digest`` (workload digest + trace). :meth:`Storage.get_or_create_workload` and
+  :meth:`Storage.add_record` are single dialect upserts (PostgreSQL and SQLite
+  ``INSERT ... ON CONFLICT (digest) DO NOTHING``, MySQL/MariaDB ``INSERT IGNORE``) followed by a
+  read of the row that won: two processes committing the same workload get the same row, and a
+  record committed twice (or imported twice) is stored once. No check-then-insert window exists.
+- **Row locks for read-modify-write.** Operations that read rows and then change them on what
+  they read (:meth:`Storage.prune`) first lock the workload row (``SELECT ... FOR UPDATE``;
+  SQLite's single writer serializes them), so two pruners never interleave.
+- **One transaction per call, bounded retries with jitter.** Every method runs in
+  :meth:`Storage._run`: commit on success, roll back on any error. Serialization failures and
+  deadlocks (PostgreSQL 40001/40P01/55P03, MySQL 1213/1205, SQLite "database is locked") and
+  dropped connections are retried up to :data:`MAX_ATTEMPTS` times with exponential backoff and
+  random jitter; what still fails becomes a :class:`qcompile.errors.DatabaseError`.
+- **SQLite** runs in WAL mode with a busy timeout of :data:`SQLITE_BUSY_TIMEOUT_S` seconds, so
+  readers never block the writer and writers wait for each other instead of failing.
+- **Schema.** Opening checks the schema revision (:mod:`tuning_db.schema`); an empty database is
+  created under a schema lock, once, however many processes open it together.
+- **Credentials.** Errors and ``repr`` carry the URL with its password replaced by ``***``.
+- SQL is written only as SQLAlchemy expressions; no text is ever pasted into a statement.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
-from collections.abc import Iterator
+import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import case, create_engine, event, func, select
+from sqlalchemy import case, create_engine, delete, event, func, insert, select
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from qcompile.errors import DatabaseError
-from tuning_db.models import STATUS_OK, STATUSES, Base, RecordRow, WorkloadRow
+from tuning_db import schema
+from tuning_db.models import STATUS_OK, STATUSES, RecordRow, WorkloadRow
 from tuning_db.url import redact, resolve_url
 
-_SQLITE_BUSY_TIMEOUT_S = 30
+#: SQLite waits this long for a lock before "database is locked".
+SQLITE_BUSY_TIMEOUT_S = 30
+#: Attempts of one transaction that hits a serialization failure or a deadlock.
+MAX_ATTEMPTS = 8
+_BACKOFF_S = 0.02
+_BACKOFF_MAX_S = 2.0
+_RETRY_PGCODES = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
+_RETRY_MYSQL_ERRNOS = {1205, 1213}  # lock wait timeout, deadlock
 
 
 @dataclass(frozen=True)
@@ -71,6 +92,10 @@ class RecordInfo:
     qcompile_version: str
     user: str
     created_at: datetime | None
+    tvm_ffi_version: str = ""
+    origin: str = ""
+    #: The database it was read from (URL without its password).
+    database: str = ""
 
 
 @dataclass(frozen=True)
@@ -103,7 +128,7 @@ def _workload_info(row: WorkloadRow) -> WorkloadInfo:
                         mod_hash=row.mod_hash, mod_json=row.mod_json)
 
 
-def _record_info(row: RecordRow) -> RecordInfo:
+def _record_info(row: RecordRow, database: str = "") -> RecordInfo:
     return RecordInfo(
         id=row.id, digest=row.digest, workload_id=row.workload_id, status=row.status,
         mean_us=row.mean_us,
@@ -111,8 +136,23 @@ def _record_info(row: RecordRow) -> RecordInfo:
         error=row.error, trace_json=row.trace_json, args_info_json=row.args_info_json,
         target_json=row.target_json, host=row.host, device_model=row.device_model,
         tvm_version=row.tvm_version, qcompile_version=row.qcompile_version, user=row.user,
-        created_at=row.created_at,
+        created_at=row.created_at, tvm_ffi_version=row.tvm_ffi_version, origin=row.origin,
+        database=database,
     )
+
+
+def _retryable(error: DBAPIError) -> bool:
+    """A serialization failure, deadlock, busy database or dropped connection: try again."""
+    if error.connection_invalidated:
+        return True
+    orig = error.orig
+    if getattr(orig, "pgcode", None) in _RETRY_PGCODES:
+        return True
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int) and args[0] in _RETRY_MYSQL_ERRNOS:
+        return True
+    message = str(orig).lower()
+    return "database is locked" in message or "database table is locked" in message
 
 
 def _make_engine(url: str) -> Engine:
@@ -126,14 +166,14 @@ def _make_engine(url: str) -> Engine:
                                connect_args={"check_same_thread": False})
     else:
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_S})
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_connection, _record):
         cursor = dbapi_connection.cursor()
         if database not in ("", ":memory:"):
             cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_TIMEOUT_S * 1000}")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
@@ -149,19 +189,26 @@ class Storage:
         SQLAlchemy URL; ``None`` means $QCOMPILE_DB, else the SQLite file in the user's cache.
     readonly : bool
         Refuse every write with a clear error (a shared database you may only read).
+    check_schema : bool
+        Check the schema revision on open (and create an empty database's tables). Only
+        ``qcompile db upgrade``/``info``/``check`` open a database without it.
     """
 
-    def __init__(self, url: str | None = None, *, readonly: bool = False) -> None:
+    def __init__(self, url: str | None = None, *, readonly: bool = False,
+                 check_schema: bool = True) -> None:
         self.url = resolve_url(url)
         self.readonly = readonly
+        #: Transactions retried after a serialization failure or deadlock (since open).
+        self.retries = 0
+        self.revision: str | None = None
         try:
             self._engine = _make_engine(self.url)
             self._sessions = sessionmaker(self._engine, expire_on_commit=False)
-            if not readonly:
-                Base.metadata.create_all(self._engine)
+            if check_schema:
+                self.revision = self._with_retries(
+                    lambda: schema.check(self._engine, self.display_url, readonly=readonly))
         except SQLAlchemyError as error:
             raise DatabaseError(self._describe(error)) from None
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Storage({redact(self.url)!r})"
@@ -171,33 +218,85 @@ class Storage:
         """The URL without its password."""
         return redact(self.url)
 
+    @property
+    def dialect(self) -> str:
+        return self._engine.dialect.name
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
     def close(self) -> None:
         self._engine.dispose()
 
     def _describe(self, error: Exception) -> str:
-        text = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+        text = str(getattr(error, "orig", None) or error).strip().splitlines()
+        text = text[0] if text else type(error).__name__
         password = make_url(self.url).password
         if password:
             text = text.replace(str(password), "***")
         return f"tuning database {redact(self.url)}: {text}"
 
-    @contextlib.contextmanager
-    def _transaction(self, write: bool = False) -> Iterator[Session]:
-        """One session, one transaction: commit, or roll back and translate the error."""
+    # ---- transactions ----------------------------------------------------------------------
+
+    def _with_retries(self, attempt: Callable[[], object]):
+        """Run ``attempt`` until it succeeds, retrying serialization failures, deadlocks and
+        busy databases up to :data:`MAX_ATTEMPTS` times with exponential backoff and jitter."""
+        for number in range(1, MAX_ATTEMPTS + 1):
+            try:
+                return attempt()
+            except DBAPIError as error:
+                if number == MAX_ATTEMPTS or not _retryable(error):
+                    raise
+                self.retries += 1
+                delay = min(_BACKOFF_MAX_S, _BACKOFF_S * 2 ** (number - 1))
+                time.sleep(delay * random.uniform(0.5, 1.5))
+        raise AssertionError("unreachable")
+
+    def _run(self, work: Callable[[Session], object], *, write: bool = False):
+        """``work(session)`` in one transaction: commit, or roll back (retrying what the
+        contract retries) and raise :class:`DatabaseError` without the password."""
         if write and self.readonly:
-            raise DatabaseError(f"tuning database {redact(self.url)} is opened read-only")
-        session = self._sessions()
+            raise DatabaseError(f"tuning database {redact(self.url)} is opened read-only "
+                                "(--db-readonly); writes go to the local database")
+
+        def attempt():
+            session = self._sessions()
+            try:
+                result = work(session)
+                session.commit()
+                return result
+            except BaseException:
+                session.rollback()
+                raise
+            finally:
+                session.close()
+
         try:
-            yield session
-            session.commit()
-        except IntegrityError:
-            session.rollback()
-            raise  # callers that expect races (insert-or-get) handle it
+            return self._with_retries(attempt)
         except SQLAlchemyError as error:
-            session.rollback()
             raise DatabaseError(self._describe(error)) from None
-        finally:
-            session.close()
+
+    def _insert_ignore(self, session: Session, table, values: dict) -> int | None:
+        """Insert a row unless its unique digest exists: the id of the new row, or None."""
+        dialect = self.dialect
+        if dialect in ("postgresql", "sqlite"):
+            module = postgresql if dialect == "postgresql" else sqlite
+            stmt = (module.insert(table).values(**values)
+                    .on_conflict_do_nothing(index_elements=[table.c.digest])
+                    .returning(table.c.id))
+            return session.execute(stmt).scalar()
+        if dialect in ("mysql", "mariadb"):
+            result = session.execute(mysql.insert(table).values(**values).prefix_with("IGNORE"))
+            return result.lastrowid if result.rowcount == 1 else None
+        # Any other backend: a plain insert inside a savepoint, the unique key deciding.
+        from sqlalchemy.exc import IntegrityError
+
+        try:
+            with session.begin_nested():
+                return session.execute(insert(table).values(**values)).inserted_primary_key[0]
+        except IntegrityError:
+            return None
 
     # ---- workloads -------------------------------------------------------------------------
 
@@ -208,60 +307,71 @@ class Storage:
         existing = self.find_workload(digest)
         if existing is not None:
             return existing
-        row = WorkloadRow(digest=digest, name=name, family=family, spec_digest=spec_digest,
-                          spec_json=spec_json, target_key=target_key, target_json=target_json,
-                          mod_hash=mod_hash, mod_json=mod_json)
-        try:
-            with self._transaction(write=True) as session:
-                session.add(row)
-                session.flush()
-                info = _workload_info(row)
-            return info
-        except IntegrityError:
-            found = self.find_workload(digest)  # another process inserted it first
-            if found is None:
-                raise DatabaseError(f"workload {name} vanished after a concurrent insert") from None
-            return found
+        values = dict(digest=digest, name=name, family=family, spec_digest=spec_digest,
+                      spec_json=spec_json, target_key=target_key, target_json=target_json,
+                      mod_hash=mod_hash, mod_json=mod_json)
 
-    def find_workload(self, digest: str) -> WorkloadInfo | None:
-        with self._transaction() as session:
+        def work(session):
+            self._insert_ignore(session, WorkloadRow.__table__, values)
             row = session.scalar(select(WorkloadRow).where(WorkloadRow.digest == digest))
             return _workload_info(row) if row else None
 
+        info = self._run(work, write=True)
+        if info is None:  # the winner committed after our snapshot: read again
+            info = self.find_workload(digest)
+        if info is None:
+            raise DatabaseError(f"workload {name} vanished after a concurrent insert")
+        return info
+
+    def find_workload(self, digest: str) -> WorkloadInfo | None:
+        def work(session):
+            row = session.scalar(select(WorkloadRow).where(WorkloadRow.digest == digest))
+            return _workload_info(row) if row else None
+
+        return self._run(work)
+
     def workloads(self, target_key: str | None = None) -> list[WorkloadInfo]:
-        with self._transaction() as session:
+        def work(session):
             query = select(WorkloadRow).order_by(WorkloadRow.id)
             if target_key is not None:
                 query = query.where(WorkloadRow.target_key == target_key)
             return [_workload_info(row) for row in session.scalars(query)]
 
+        return self._run(work)
+
     def summaries(self) -> list[WorkloadSummary]:
         """One line per workload: its name, target, record counts and best latency."""
-        with self._transaction() as session:
+        def work(session):
             ok_count = func.sum(case((RecordRow.status == STATUS_OK, 1), else_=0))
             query = (
-                select(WorkloadRow, func.count(RecordRow.id), ok_count, func.min(RecordRow.mean_us))
+                select(WorkloadRow.digest, WorkloadRow.name, WorkloadRow.family,
+                       WorkloadRow.target_json, func.count(RecordRow.id), ok_count,
+                       func.min(RecordRow.mean_us))
                 .outerjoin(RecordRow, RecordRow.workload_id == WorkloadRow.id)
-                .group_by(WorkloadRow.id)
+                .group_by(WorkloadRow.id, WorkloadRow.digest, WorkloadRow.name,
+                          WorkloadRow.family, WorkloadRow.target_json)
                 .order_by(WorkloadRow.name, WorkloadRow.id)
             )
             return [
-                WorkloadSummary(digest=w.digest, name=w.name, family=w.family,
-                                target_json=w.target_json, records=int(n or 0),
-                                ok_records=int(ok or 0), best_us=best)
-                for w, n, ok, best in session.execute(query)
+                WorkloadSummary(digest=digest, name=name, family=family, target_json=target,
+                                records=int(n or 0), ok_records=int(ok or 0), best_us=best)
+                for digest, name, family, target, n, ok, best in session.execute(query)
             ]
+
+        return self._run(work)
 
     # ---- records ---------------------------------------------------------------------------
 
     def add_record(self, *, workload_id: int, digest: str, status: str,
                    run_secs: list[float] | None, trace_json: str, args_info_json: str,
                    target_json: str, error: str | None = None,
-                   provenance: Provenance | None = None) -> int | None:
+                   provenance: Provenance | None = None, origin: str = "tune",
+                   created_at: datetime | None = None) -> int | None:
         """Store one measured candidate; returns its id, or None if that digest was stored before.
 
         ``status`` is "ok" (``run_secs`` required) or a failure status with ``error`` text;
-        failures have no latency, so they can never rank as a best record.
+        failures have no latency, so they can never rank as a best record. ``created_at`` is
+        the database's clock unless given (an imported record keeps its own).
         """
         if status not in STATUSES:
             raise ValueError(f"record status must be one of {STATUSES}; got {status!r}")
@@ -269,45 +379,142 @@ class Storage:
             raise ValueError("an ok record needs its measured run_secs")
         mean_us = sum(run_secs) / len(run_secs) * 1e6 if status == STATUS_OK else None
         p = provenance or Provenance()
-        row = RecordRow(
+        values = dict(
             digest=digest, workload_id=workload_id, status=status, mean_us=mean_us,
             run_secs_json=json.dumps(run_secs) if run_secs else None, error=error,
             trace_json=trace_json, args_info_json=args_info_json, target_json=target_json,
             host=p.host, device_model=p.device_model, tvm_version=p.tvm_version,
             tvm_ffi_version=p.tvm_ffi_version, qcompile_version=p.qcompile_version, user=p.user,
+            origin=origin[:255],
         )
-        try:
-            with self._transaction(write=True) as session:
-                session.add(row)
-                session.flush()
-                return row.id
-        except IntegrityError:
-            return None  # the same measurement was stored before: idempotent
+        if created_at is not None:
+            values["created_at"] = created_at
+        return self._run(
+            lambda session: self._insert_ignore(session, RecordRow.__table__, values), write=True)
 
-    def top_records(self, workload_id: int, k: int) -> list[RecordInfo]:
-        """The ``k`` fastest successful records of a workload, fastest first."""
-        with self._transaction() as session:
+    def top_records(self, workload_id: int, k: int,
+                    tvm_series: str | None = None) -> list[RecordInfo]:
+        """The ``k`` fastest successful records of a workload, fastest first.
+
+        ``tvm_series`` ("0.27"): only records measured with that TVM major.minor, whose traces
+        replay here.
+        """
+        def work(session):
             query = (
                 select(RecordRow)
                 .where(RecordRow.workload_id == workload_id, RecordRow.status == STATUS_OK)
                 .order_by(RecordRow.mean_us, RecordRow.id)
                 .limit(k)
             )
-            return [_record_info(row) for row in session.scalars(query)]
+            if tvm_series:
+                query = query.where((RecordRow.tvm_version == tvm_series)
+                                    | RecordRow.tvm_version.startswith(f"{tvm_series}."))
+            return [_record_info(row, self.display_url) for row in session.scalars(query)]
+
+        return self._run(work)
 
     def records(self, workload_id: int | None = None) -> list[RecordInfo]:
         """Every record (failures included), oldest first."""
-        with self._transaction() as session:
+        def work(session):
             query = select(RecordRow).order_by(RecordRow.id)
             if workload_id is not None:
                 query = query.where(RecordRow.workload_id == workload_id)
-            return [_record_info(row) for row in session.scalars(query)]
+            return [_record_info(row, self.display_url) for row in session.scalars(query)]
 
-    def count_records(self, workload_id: int | None = None, status: str | None = None) -> int:
-        with self._transaction() as session:
+        return self._run(work)
+
+    def count_records(self, workload_id: int | None = None, status: str | None = None,
+                      tvm_series: str | None = None) -> int:
+        def work(session):
             query = select(func.count(RecordRow.id))
+            if tvm_series:
+                query = query.where((RecordRow.tvm_version == tvm_series)
+                                    | RecordRow.tvm_version.startswith(f"{tvm_series}."))
             if workload_id is not None:
                 query = query.where(RecordRow.workload_id == workload_id)
             if status is not None:
                 query = query.where(RecordRow.status == status)
             return int(session.scalar(query) or 0)
+
+        return self._run(work)
+
+    def count_workloads(self) -> int:
+        return self._run(lambda session: int(session.scalar(select(func.count(WorkloadRow.id)))))
+
+    def contributors(self) -> list[tuple[str, str, str, int, datetime | None]]:
+        """(user, host, device model, records, newest creation time), most records first."""
+        def work(session):
+            count = func.count(RecordRow.id)
+            query = (select(RecordRow.user, RecordRow.host, RecordRow.device_model, count,
+                            func.max(RecordRow.created_at))
+                     .group_by(RecordRow.user, RecordRow.host, RecordRow.device_model)
+                     .order_by(count.desc()))
+            return [tuple(row) for row in session.execute(query)]
+
+        return self._run(work)
+
+    # ---- maintenance -----------------------------------------------------------------------
+
+    def prune(self, keep: int, *, dry_run: bool = False) -> int:
+        """Keep the ``keep`` fastest successful records of every workload (a workload is one
+        spec on one target) and delete the rest, failures included; returns how many go.
+
+        Each workload is one transaction that first locks its row (``SELECT ... FOR UPDATE``),
+        so two pruners never interleave; a record committed meanwhile is never deleted (only
+        the ids read under the lock are).
+        """
+        if keep < 1:
+            raise ValueError(f"prune keeps at least 1 record per workload; got keep={keep}")
+        removed = 0
+        for workload in self.workloads():
+            def work(session, workload_id=workload.id):
+                session.execute(select(WorkloadRow.id).where(WorkloadRow.id == workload_id)
+                                .with_for_update())
+                ranked = session.scalars(
+                    select(RecordRow.id).where(RecordRow.workload_id == workload_id)
+                    .order_by(case((RecordRow.status == STATUS_OK, 0), else_=1),
+                              RecordRow.mean_us, RecordRow.id)).all()
+                doomed = ranked[keep:]
+                if doomed and not dry_run:
+                    for start in range(0, len(doomed), 500):
+                        session.execute(delete(RecordRow).where(
+                            RecordRow.id.in_(doomed[start:start + 500])))
+                return len(doomed)
+
+            removed += self._run(work, write=not dry_run)
+        return removed
+
+    def integrity_problems(self) -> list[str]:
+        """What is wrong with the stored data (empty when nothing is): the backend's own check
+        (SQLite ``PRAGMA integrity_check``), records without a workload, duplicate digests,
+        ok records without a latency, failed records with one."""
+        def work(session):
+            problems = []
+            if self.dialect == "sqlite":
+                from sqlalchemy import text
+
+                result = [r[0] for r in session.execute(text("PRAGMA integrity_check"))]
+                if result != ["ok"]:
+                    problems.append("SQLite integrity_check: " + "; ".join(result[:5]))
+            orphans = session.scalar(
+                select(func.count(RecordRow.id)).where(
+                    ~RecordRow.workload_id.in_(select(WorkloadRow.id))))
+            if orphans:
+                problems.append(f"{orphans} records belong to no workload")
+            for row, table in ((WorkloadRow, "workloads"), (RecordRow, "tuning_records")):
+                dupes = session.execute(
+                    select(row.digest).group_by(row.digest).having(func.count(row.id) > 1)
+                ).scalars().all()
+                if dupes:
+                    problems.append(f"{len(dupes)} duplicate digests in {table}")
+            bad_ok = session.scalar(select(func.count(RecordRow.id)).where(
+                RecordRow.status == STATUS_OK, RecordRow.mean_us.is_(None)))
+            if bad_ok:
+                problems.append(f"{bad_ok} ok records have no latency")
+            bad_failed = session.scalar(select(func.count(RecordRow.id)).where(
+                RecordRow.status != STATUS_OK, RecordRow.mean_us.is_not(None)))
+            if bad_failed:
+                problems.append(f"{bad_failed} failed records carry a latency")
+            return problems
+
+        return self._run(work)

@@ -6,10 +6,14 @@ from typing import Any
 
 from qcompile.errors import SpecError
 from qcompile.kernels.base import KernelFamily, KernelSpec, PreparedWeights
+from qcompile.kernels.bcq import FAMILY as BCQ
+from qcompile.kernels.bcq import BcqSpec
+from qcompile.kernels.mixed import FAMILY as MIXED
+from qcompile.kernels.mixed import MixedSpec
 from qcompile.kernels.uniform import FAMILY as UNIFORM
 from qcompile.kernels.uniform import UniformSpec
 
-FAMILIES: dict[str, KernelFamily] = {family.name: family for family in (UNIFORM,)}
+FAMILIES: dict[str, KernelFamily] = {family.name: family for family in (UNIFORM, BCQ, MIXED)}
 
 
 def get_family(name: str) -> KernelFamily:
@@ -33,8 +37,10 @@ def spec_from_dict(data: dict[str, Any]) -> KernelSpec:
 
 __all__ = [
     "FAMILIES",
+    "BcqSpec",
     "KernelFamily",
     "KernelSpec",
+    "MixedSpec",
     "PreparedWeights",
     "UniformSpec",
     "family_of",

@@ -129,6 +129,15 @@ class KernelFamily:
         """Checkpoint tensors -> :class:`PreparedWeights`."""
         raise NotImplementedError
 
+    def measure_arguments(self, spec: KernelSpec):
+        """MetaSchedule's ``f_alloc_argument`` for measuring ``spec`` while tuning, or None.
+
+        None (the default) lets MetaSchedule fill every operand with random values. A family
+        whose operands index memory (offsets, permutations) returns a picklable function
+        ``(device, args_info, alloc_repeat) -> list of argument lists`` that makes valid ones.
+        """
+        return None
+
     def layout_of(self, func) -> dict | None:
         """The weight layout a scheduled PrimFunc reads, when its schedule chose one (a JSON
         dict the build stores in the manifest and ``prepare(layout=...)`` accepts); None when

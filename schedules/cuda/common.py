@@ -65,13 +65,22 @@ class WarpGemv:
     final: object
 
 
-def warp_gemv(sch: Schedule, block, lanes: WarpLanes) -> WarpGemv:
+#: Thread axes of (M, N, K) lanes: K lanes within a warp (shuffle reduction), or K lanes
+#: across warps with a warp's threads over N (coalesced rows, x the same for the whole warp;
+#: the partial sums meet through shared memory).
+K_IN_LANES = ("threadIdx.z", "threadIdx.y", "threadIdx.x")
+K_IN_WARPS = ("threadIdx.z", "threadIdx.x", "threadIdx.y")
+
+
+def warp_gemv(sch: Schedule, block, lanes: WarpLanes, axes=K_IN_LANES) -> WarpGemv:
     """Lay out reduction ``block`` (loops m, n, g; spatial m, n; reduction g) as a warp GEMV.
 
     Splits g into (groups per lane, ``k_lanes``) with the lanes innermost, so lane t sums
     groups t, t + k_lanes, ...; rfactors the lanes out into per-thread partial sums in
-    registers, binds the threads, and reduces the partials across the lanes.
+    registers, binds the threads (``axes``: the thread tags of the M, N and K lanes,
+    :data:`K_IN_LANES` or :data:`K_IN_WARPS`), and reduces the partials across the lanes.
     """
+    m_axis, n_axis, k_axis = axes
     m, n, g = sch.get_loops(block)
     m_t, m_in = sch.split(m, factors=[lanes.m_lanes, None])
     n_b, n_t, n_v, n_e = sch.split(n, factors=[None, lanes.n_lanes, lanes.n_vecs, lanes.vec])
@@ -81,9 +90,9 @@ def warp_gemv(sch: Schedule, block, lanes: WarpLanes) -> WarpGemv:
     sch.set_scope(partial, 0, "local")
     n_b, m_t, n_t, g_t, g_o, m_in, n_v, n_e = sch.get_loops(partial)
     sch.bind(n_b, "blockIdx.x")
-    sch.bind(m_t, "threadIdx.z")
-    sch.bind(n_t, "threadIdx.y")
-    sch.bind(g_t, "threadIdx.x")
+    sch.bind(m_t, m_axis)
+    sch.bind(n_t, n_axis)
+    sch.bind(g_t, k_axis)
     unroll(sch, m_in, n_v, n_e)
 
     # The cross-thread reduction: lanes innermost (TVM requires the reduced thread loop to be
@@ -93,9 +102,9 @@ def warp_gemv(sch: Schedule, block, lanes: WarpLanes) -> WarpGemv:
     f_mt, f_min = sch.split(f_m, factors=[lanes.m_lanes, None])
     f_nt, f_nin = sch.split(f_n, factors=[lanes.n_lanes, None])
     sch.reorder(f_mt, f_nt, f_min, f_nin, f_g)
-    sch.bind(f_mt, "threadIdx.z")
-    sch.bind(f_nt, "threadIdx.y")
-    sch.bind(f_g, "threadIdx.x")
+    sch.bind(f_mt, m_axis)
+    sch.bind(f_nt, n_axis)
+    sch.bind(f_g, k_axis)
     return WarpGemv(block_loop=n_b, group_loop=g_o, partial=partial, final=block)
 
 

@@ -64,6 +64,8 @@ from qcompile._tvm import Schedule
 from qcompile.kernels.uniform.compute import fields_per_word
 from qcompile.kernels.uniform.spec import UniformSpec
 from schedules.cuda.common import (
+    K_IN_LANES,
+    K_IN_WARPS,
     VECTOR_BYTES,
     WarpLanes,
     load_to_registers,
@@ -133,9 +135,10 @@ def x_block_fits(spec: UniformSpec, hw: GpuHardware) -> bool:
     return spec.m * spec.k * 4 <= hw.shared_memory_per_block_bytes
 
 
-def _sample(sch: Schedule, spec: UniformSpec, fixed: dict | None) -> tuple[WarpLanes, dict]:
+def _sample(sch: Schedule, spec: UniformSpec, fixed: dict | None,
+            prior: dict | None = None) -> tuple[WarpLanes, dict]:
     cands = knob_candidates(spec)
-    rv = {name: choose(sch, name, cands[name], fixed) for name in _KNOBS}
+    rv = {name: choose(sch, name, cands[name], fixed, prior) for name in _KNOBS}
     lanes = WarpLanes(m_lanes=rv["m_lanes"], n_lanes=rv["n_lanes"], k_lanes=rv["k_lanes"],
                       n_vecs=rv["n_vecs"], vec=vector_width(spec))
     return lanes, rv
@@ -156,10 +159,12 @@ def _stream_words(sch: Schedule, block, loops, lanes: WarpLanes, rv: dict) -> No
     sch.annotate(words, "pragma_unroll_explicit", 1)
 
 
-def _group_lanes(sch: Schedule, spec: UniformSpec, lanes: WarpLanes, rv: dict):
-    """Layout ``group_lanes``; returns (block loop, group loop, the block reading x, words loop)."""
+def _group_lanes(sch: Schedule, spec: UniformSpec, lanes: WarpLanes, rv: dict,
+                 axes=K_IN_LANES):
+    """Layout ``group_lanes`` (K lanes on the thread axes ``axes``); returns (block loop,
+    group loop, the block reading x, words loop)."""
     combine = sch.get_sblock("combine")
-    layout = warp_gemv(sch, combine, lanes)
+    layout = warp_gemv(sch, combine, lanes, axes)
     if spec.dtype != "float32":
         # combine accumulates in float32 registers; the cast happens as the sum is written.
         sch.set_scope(combine, 0, "local")
@@ -226,11 +231,11 @@ def _word_lanes(sch: Schedule, spec: UniformSpec, lanes: WarpLanes, rv: dict):
 
 
 def _stage_x(sch: Schedule, spec: UniformSpec, x_stage: str, lanes: WarpLanes, block_loop,
-             group_loop, words) -> None:
+             group_loop, words, axes=K_IN_LANES) -> None:
     """Place ``scale_x`` (x times the field factors) per the sketch's staging."""
     scale_x = sch.get_sblock("scale_x")
-    threads = [("threadIdx.z", lanes.m_lanes), ("threadIdx.y", lanes.n_lanes),
-               ("threadIdx.x", lanes.k_lanes)]
+    extents = dict(zip(axes, (lanes.m_lanes, lanes.n_lanes, lanes.k_lanes), strict=True))
+    threads = [(tag, extents[tag]) for tag in ("threadIdx.z", "threadIdx.y", "threadIdx.x")]
     x_vec = 4 if spec.k % 4 == 0 else 1
     if x_stage == "x_block":
         stage_in_shared(sch, scale_x, block_loop, threads, x_vec)
@@ -247,21 +252,39 @@ def _stage_x(sch: Schedule, spec: UniformSpec, x_stage: str, lanes: WarpLanes, b
         raise ValueError(f"unknown x staging {x_stage!r}; known: x_block, x_chunk, x_registers")
 
 
+#: Suffix of the sketches whose K lanes are warps (``group_lanes`` only): a warp's threads run
+#: over N (``threadIdx.x``), so each 128-bit load instruction of a warp reads whole rows and
+#: every thread of a warp needs the same x (a broadcast, no shared-memory bank conflicts);
+#: the K lanes (``threadIdx.y``) meet through shared memory once per output.
+K_WARPS = "+k_warps"
+
+
 def sketch(sch: Schedule, spec: UniformSpec, hw: GpuHardware, x_stage: str,
-           fixed: dict | None = None) -> Schedule:
-    """One sketch: ``spec``'s layout (:func:`layout_for`) with x staged per ``x_stage``; knobs
-    sampled, or pinned by ``fixed`` ({knob: value})."""
-    lanes, rv = _sample(sch, spec, fixed)
+           fixed: dict | None = None, prior: dict | None = None) -> Schedule:
+    """One sketch: ``spec``'s layout (:func:`layout_for`) with x staged per ``x_stage`` (a
+    name of :data:`X_STAGES`, with :data:`K_WARPS` appended for K lanes across warps); knobs
+    sampled (``prior``: {knob: value} sampled more often), or pinned by ``fixed``."""
+    k_warps = x_stage.endswith(K_WARPS)
+    x_stage = x_stage.removesuffix(K_WARPS)
+    axes = K_IN_WARPS if k_warps else K_IN_LANES
+    lanes, rv = _sample(sch, spec, fixed, prior)
     layout = layout_for(spec)
     if layout == "word_lanes" and x_stage == "x_chunk":
         raise ValueError("x_chunk stages x per step of the group loop: group_lanes only")
-    place = _group_lanes if layout == "group_lanes" else _word_lanes
-    block_loop, group_loop, _, words = place(sch, spec, lanes, rv)
-    _stage_x(sch, spec, x_stage, lanes, block_loop, group_loop, words)
+    if layout == "word_lanes" and k_warps:
+        raise ValueError(f"{K_WARPS}: K lanes across warps need group_lanes (G >= "
+                         f"{WORD_LANES_BELOW_GROUPS}); {spec.name()} has {spec.groups} groups")
+    if layout == "group_lanes":
+        block_loop, group_loop, _, words = _group_lanes(sch, spec, lanes, rv, axes)
+    else:
+        block_loop, group_loop, _, words = _word_lanes(sch, spec, lanes, rv)
+    _stage_x(sch, spec, x_stage, lanes, block_loop, group_loop, words, axes)
     return sch
 
 
-SKETCHES = {name: partial(sketch, x_stage=name) for name in ("x_block", "x_chunk", "x_registers")}
+X_STAGES = ("x_block", "x_chunk", "x_registers")
+SKETCHES = {name + suffix: partial(sketch, x_stage=name + suffix)
+            for suffix in ("", K_WARPS) for name in X_STAGES}
 
 
 def sketches_for(spec: UniformSpec, hw: GpuHardware) -> list[str]:
@@ -272,11 +295,77 @@ def sketches_for(spec: UniformSpec, hw: GpuHardware) -> list[str]:
     if layout_for(spec) == "group_lanes":
         names.append("x_chunk")
     names.append("x_registers")
+    if layout_for(spec) == "group_lanes":
+        names += [name + K_WARPS for name in names]
     return names
+
+
+#: Threads per block of the heuristic ``+k_warps`` layout (8 warps: several blocks per SM, so
+#: the grid's tail and the SMs' shares stay even).
+HEURISTIC_BLOCK_THREADS = 256
+#: Blocks per SM the heuristic wants before it widens a warp's share of N.
+HEURISTIC_BLOCKS_PER_SM = 4
+#: Packed rows each thread has in flight (x 16 bytes) with x in shared memory or one row of it.
+HEURISTIC_LOAD_WORDS = 8
+#: Shared memory for x per block past M = 1 (``x_chunk``): M x k_lanes groups of float32, at
+#: most this, so that several blocks share an SM.
+HEURISTIC_CHUNK_BYTES = 32 * 1024
 
 
 def heuristic_knobs(spec: UniformSpec, hw: GpuHardware) -> tuple[str, dict[str, int]]:
     """A sketch and knob values that are valid and reasonable without tuning (build_untuned).
+
+    With groups enough (``group_lanes``), K lanes across warps (``+k_warps``). At M = 1, x in
+    registers (one load shared by the warp's threads over N); past M = 1, x staged in shared
+    memory per group step (``x_chunk``: nvcc reads it back with 128-bit loads, already scaled,
+    where registers would cost a multiply per value and row) in at most
+    :data:`HEURISTIC_CHUNK_BYTES`, up to 8 rows of M per thread (more over ``threadIdx.z``).
+    ``n_lanes`` threads of a warp share a packed row (32 while the grid keeps
+    :data:`HEURISTIC_BLOCKS_PER_SM` blocks per SM, else 16 or 8: 128 contiguous bytes; fewer
+    only to give every SM a block); K lanes fill a block of :data:`HEURISTIC_BLOCK_THREADS`;
+    :data:`HEURISTIC_LOAD_WORDS` 128-bit loads in flight per thread (fewer where x sits in
+    registers, to keep everything in registers). Where the chunk cannot fit (M x 128 x 4 bytes
+    over the limit), x in registers with at most 4 rows and 8 columns per thread.
+    """
+    if layout_for(spec) == "word_lanes":
+        return _heuristic_word_lanes(spec, hw)
+    cands = knob_candidates(spec)
+
+    def chunk_bytes(k_lanes: int) -> int:
+        return spec.m * k_lanes * spec.effective_group_size * 4
+
+    staged = spec.m > 1 and chunk_bytes(1) <= HEURISTIC_CHUNK_BYTES
+    m_lanes = min(v for v in cands["m_lanes"] if spec.m // v <= (8 if staged else 4))
+    rows = spec.m // m_lanes
+    # x in registers past M = 4: 8 columns per thread halve the x work per weight.
+    n_vecs = 2 if not staged and spec.m > 4 and 2 in cands["n_vecs"] else 1
+    columns = spec.n // (vector_width(spec) * n_vecs)
+    fitting = [v for v in cands["n_lanes"] if v <= 32 and columns % v == 0]
+    wide = [v for v in fitting if v >= 4] or fitting       # 64 contiguous bytes at least
+    n_lanes = wide[0]
+    for v in sorted(wide, reverse=True):
+        n_lanes = v
+        blocks = columns // v
+        if blocks >= HEURISTIC_BLOCKS_PER_SM * hw.sm_count or (v <= 8 and blocks >= hw.sm_count):
+            break
+    k_lanes = max([v for v in cands["k_lanes"]
+                   if v * n_lanes * m_lanes <= HEURISTIC_BLOCK_THREADS
+                   and (not staged or chunk_bytes(v) <= HEURISTIC_CHUNK_BYTES)] or [1])
+    # At most 32 registers of packed words and 64 of x in flight (3-bit units are 3 words).
+    unit_registers = (3 if spec.bits == 3 else 1) * vector_width(spec) * n_vecs
+    x_registers = 0 if staged else fields_per_word(spec.bits) * rows
+    most = HEURISTIC_LOAD_WORDS if staged else max(1, HEURISTIC_LOAD_WORDS // rows)
+    if spec.bits == 3:  # codes straddle words: two 3-word units in flight spill (ptxas)
+        most = 1
+    load_words = max([v for v in cands["load_words"] if v <= most and v * unit_registers <= 32
+                      and v * x_registers <= 64] or [1])
+    knobs = {"k_lanes": k_lanes, "n_lanes": n_lanes, "n_vecs": n_vecs, "m_lanes": m_lanes,
+             "load_words": load_words, "unroll": 64}
+    return ("x_chunk" if staged else "x_registers") + K_WARPS, knobs
+
+
+def _heuristic_word_lanes(spec: UniformSpec, hw: GpuHardware) -> tuple[str, dict[str, int]]:
+    """The heuristic of the ``word_lanes`` layout (K lanes within a warp).
 
     128-thread blocks; K lanes raised until the grid has 512 threads per SM (a quarter of what
     an SM holds: enough loads in flight with ``load_words`` 128-bit loads each), or the lanes
@@ -311,5 +400,10 @@ def heuristic_schedule(sch: Schedule, spec: UniformSpec, hw: GpuHardware) -> Sch
 
 
 def design_space(sch: Schedule, spec: UniformSpec, hw: GpuHardware) -> list[Schedule]:
-    """Every applicable sketch on a copy of ``sch``, its knobs left as sampled decisions."""
-    return [sketch(sch.copy(), spec, hw, name) for name in sketches_for(spec, hw)]
+    """Every applicable sketch on a copy of ``sch``, its knobs left as sampled decisions, then
+    the heuristic's sketch again with its knobs as priors (:func:`schedules.knobs.choose`), so
+    the search starts from the untuned kernel and its neighbours as often as from anywhere."""
+    spaces = [sketch(sch.copy(), spec, hw, name) for name in sketches_for(spec, hw)]
+    name, knobs = heuristic_knobs(spec, hw)
+    spaces.append(sketch(sch.copy(), spec, hw, name, prior=knobs))
+    return spaces

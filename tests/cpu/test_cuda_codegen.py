@@ -74,6 +74,11 @@ CASES = [  # (sketch, bits, group_size, m, k, n, knob overrides)
     ("x_registers", 8, -1, 2, 512, 256, dict(k_lanes=8, n_lanes=4)),       # word_lanes
     ("x_block", 4, -1, 3, 512, 256, dict(k_lanes=16, n_lanes=2, load_words=1)),  # word_lanes
     ("x_block", 4, 256, 4, 512, 256, dict(k_lanes=4, m_lanes=2, load_words=1)),  # G = 2
+    # K lanes across warps: partial sums meet through shared memory.
+    ("x_registers+k_warps", 4, 128, 1, 1024, 256, dict(k_lanes=4, n_lanes=16, load_words=4)),
+    ("x_chunk+k_warps", 4, 64, 4, 512, 256, dict(k_lanes=2, n_lanes=32, load_words=8)),
+    ("x_block+k_warps", 3, 128, 2, 1024, 256, dict(k_lanes=2, n_lanes=8, n_vecs=2,
+                                                   m_lanes=2)),
 ]
 
 
@@ -87,24 +92,27 @@ def test_emulated_kernel_matches_reference(sketch, bits, group_size, m, k, n, ov
     assert relative_error(y, ref) < 1e-5
 
 
-@pytest.mark.parametrize("group_size", [64, -1], ids=["group_lanes", "word_lanes"])
+@pytest.mark.parametrize("group_size,sketch", [(64, "x_registers"), (64, "x_chunk+k_warps"),
+                                               (-1, "x_registers")],
+                         ids=["group_lanes", "group_lanes-k_warps", "word_lanes"])
 @pytest.mark.parametrize("dtype,tolerance", [("float16", 2e-3), ("bfloat16", 1e-2)])
-def test_16_bit_activations_cast_in_and_out(monkeypatch, dtype, tolerance, group_size):
+def test_16_bit_activations_cast_in_and_out(monkeypatch, dtype, tolerance, group_size, sketch):
     # The spec admits 16-bit dtypes once the uniform family's dtype work lands; the CUDA compute
     # and design space already handle them (x cast to float32 inside, y cast back on store).
     monkeypatch.setattr(spec_module, "ACTIVATION_DTYPES", ("float32", "float16", "bfloat16"))
     spec = UniformSpec(k=512, n=256, bits=4, group_size=group_size, m=2, dtype=dtype)
-    sch = schedule(spec, "x_registers", KNOBS)
+    sch = schedule(spec, sketch, KNOBS)
     assert "store" in sch.mod.script()
     y, ref = run_emulated(spec, sch, seed=7)
     assert relative_error(y, ref) < tolerance
 
 
-def test_heuristic_schedule_is_correct_at_m16():
-    spec = UniformSpec(k=1024, n=256, bits=4, group_size=128, m=16)
+@pytest.mark.parametrize("m", [4, 16])
+def test_heuristic_schedule_is_correct(m):
+    spec = UniformSpec(k=1024, n=256, bits=4, group_size=128, m=m)
     mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
     sch = uniform.heuristic_schedule(_tvm.Schedule(mod), spec, HW)
-    y, ref = run_emulated(spec, sch, seed=16)
+    y, ref = run_emulated(spec, sch, seed=m)
     assert relative_error(y, ref) < 1e-5
 
 
@@ -132,6 +140,23 @@ def test_generated_cuda_has_the_intended_structure():
     assert "__shared__" in shared and "__syncthreads" in shared
     assert "__shared__" not in registers and "__syncthreads" not in registers
     assert "float4 v_ = *(float4*)(x_ptr" in shared       # x staged with 128-bit copies
+
+
+def test_k_warps_reads_whole_rows_and_reduces_through_shared_memory():
+    spec = UniformSpec(k=8192, n=28672, bits=4, group_size=128, m=1)
+    knobs = dict(k_lanes=32, n_lanes=8, n_vecs=1, m_lanes=1, load_words=8, unroll=64)
+    source = cuda_source(schedule(spec, "x_registers+k_warps", knobs))
+    # threadIdx.x runs over N: consecutive threads read consecutive 16-byte vectors of a row,
+    # threadIdx.y over K (whole groups of 128 rows = 16 packed rows apart).
+    loads = re.findall(r"\*\(int4\*\)\(qweight_local_ptr \+ \d+\) = \*\(int4\*\)\(qweight_ptr \+ "
+                       r"(.*?)\);", source)
+    assert len(loads) == 8
+    assert all("((int)threadIdx.x) * 4)" in index for index in loads)
+    assert all("((int)threadIdx.y) * 458752)" in index for index in loads)   # 16 rows x N
+    # x is read straight into registers, the same vector for a warp's threads over N.
+    assert "float4 v__3 = *(float4*)(x_ptr + (((vg_0 * 4096) + (((int)threadIdx.y) * 128))" in (
+        source)
+    assert "__shfl" not in source and "red_buf0_ptr[256]" in source
 
 
 @pytest.mark.parametrize("bits,group_size,m", [

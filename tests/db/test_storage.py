@@ -134,3 +134,21 @@ def test_password_never_shown():
         Storage(storage_url).summaries()
     assert "s3cret-pw" not in str(error.value)
     assert "***" in str(error.value)
+
+
+def test_records_of_another_tvm_series_do_not_answer(db_url):
+    """A trace measured with another TVM major.minor may not replay: lookups skip it."""
+    from dataclasses import replace
+
+    from tuning_db.database import default_provenance
+
+    storage = Storage(db_url)
+    old = SqlDatabase(storage, _target("avx2"),
+                      provenance=replace(default_provenance(), tvm_version="0.26.0"))
+    mod = _mod()
+    old.commit_measurement(_record(old, mod, [1e-5], seed=1), STATUS_OK, None)
+    current = SqlDatabase(storage, _target("avx2"))
+    assert current.best(mod) is None and current.measured(mod) == 0
+    current.commit_measurement(_record(current, mod, [2e-5], seed=2), STATUS_OK, None)
+    assert current.best(mod)[1].mean_us == pytest.approx(20.0)
+    assert current.best(mod)[1].tvm_version == _tvm.TVM_VERSION

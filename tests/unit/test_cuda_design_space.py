@@ -85,15 +85,18 @@ def test_heuristic_knobs_fit_the_gpu(shape, m):
     assert 32 <= threads <= HW.max_threads_per_block
     staged = {"x_block": spec.m * spec.k * 4,
               "x_chunk": spec.m * chosen["k_lanes"] * spec.effective_group_size * 4,
-              "x_registers": 0}[sketch]
+              "x_registers": 0}[sketch.removesuffix(uniform.K_WARPS)]
     assert staged <= HW.shared_memory_per_block_bytes
 
 
 def test_x_block_only_when_x_fits():
     small = UniformSpec(k=8192, n=4096, m=1)       # 32 KiB of x
     large = UniformSpec(k=8192, n=4096, m=2)       # 64 KiB of x
-    assert uniform.sketches_for(small, HW) == ["x_block", "x_chunk", "x_registers"]
-    assert uniform.sketches_for(large, HW) == ["x_chunk", "x_registers"]
+    assert uniform.sketches_for(small, HW) == [
+        "x_block", "x_chunk", "x_registers",
+        "x_block+k_warps", "x_chunk+k_warps", "x_registers+k_warps"]
+    assert uniform.sketches_for(large, HW) == [
+        "x_chunk", "x_registers", "x_chunk+k_warps", "x_registers+k_warps"]
     one_group = UniformSpec(k=8192, n=4096, m=2, group_size=-1)
     assert uniform.layout_for(one_group) == "word_lanes"
     assert uniform.sketches_for(one_group, HW) == ["x_registers"]
@@ -117,3 +120,40 @@ def test_mutator_moves_one_knob_to_another_candidate():
         assert len(changed) == 1
         (candidates, old), (_, new) = changed[0]
         assert new in candidates and new != old
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096), (8192, 28672), (28672, 8192)])
+def test_heuristic_lays_k_lanes_across_warps_with_rows_per_warp(shape):
+    # M = 1: a warp's threads share packed rows (64 contiguous bytes at least per row and load
+    # instruction: whole 32-byte sectors), the grid has a block per SM at least, and each thread
+    # keeps 8 128-bit loads in flight.
+    spec = UniformSpec(k=shape[0], n=shape[1], m=1)
+    sketch, chosen = uniform.heuristic_knobs(spec, HW)
+    assert sketch.endswith(uniform.K_WARPS)
+    assert chosen["n_lanes"] * uniform.VECTOR_BYTES >= 64
+    blocks = spec.n // (uniform.vector_width(spec) * chosen["n_vecs"] * chosen["n_lanes"])
+    assert blocks >= HW.sm_count
+    assert chosen["load_words"] == uniform.HEURISTIC_LOAD_WORDS
+
+
+def test_k_warps_needs_group_lanes():
+    spec = UniformSpec(k=1024, n=256, group_size=-1)
+    with pytest.raises(ValueError, match=r"\+k_warps: K lanes across warps need group_lanes"):
+        uniform.sketch(_tvm.Schedule(_mod(spec)), spec, HW, "x_registers+k_warps")
+
+
+def test_last_space_favours_the_heuristic_knobs():
+    spec = UniformSpec(k=8192, n=28672, m=1)
+    spaces = uniform.design_space(_tvm.Schedule(_mod(spec), seed=1), spec, HW)
+    assert len(spaces) == len(uniform.sketches_for(spec, HW)) + 1
+    _, chosen = uniform.heuristic_knobs(spec, HW)
+    cands = uniform.knob_candidates(spec)
+    sampled = [inst for inst in spaces[-1].trace.insts if inst.kind.name == "SampleCategorical"]
+    assert len(sampled) == len(chosen)
+    for inst, (name, value) in zip(sampled, chosen.items(), strict=True):
+        values = [int(v) for v in inst.attrs[0]]
+        probs = [float(p) for p in inst.attrs[1]]
+        assert values == cands[name]
+        if len(values) > 1:
+            assert probs[values.index(value)] == knobs.PRIOR_WEIGHT
+            assert abs(sum(probs) - 1) < 1e-9

@@ -1,0 +1,271 @@
+"""``qcompile db``: look after a tuning database (a team's shared one, or your local one).
+
+    qcompile db info    [--db URL]                     backend, schema revision, counts, who tuned
+    qcompile db ls      [--db URL] [filters]           a line per workload
+    qcompile db best    [--db URL] [filters] [--top K] the fastest records, with provenance
+    qcompile db export  [--db URL] --out PATH [--format jsonl|metaschedule] [--name S]
+    qcompile db import  [--db URL] PATH [--format auto|jsonl|metaschedule]
+    qcompile db prune   [--db URL] --keep K [--dry-run]
+    qcompile db merge   [--db URL] --from URL [--name S]
+    qcompile db upgrade [--db URL]                     run the schema migrations
+    qcompile db check   [--db URL]                     schema revision and integrity
+
+URLs are printed without their password, always.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from qcompile.errors import DatabaseError
+
+
+def add_db_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", metavar="URL", default=None,
+                        help="SQLAlchemy URL of the tuning database (default: $QCOMPILE_DB, "
+                             "else ~/.cache/qcompile/tuning.sqlite)")
+
+
+def add_layer_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--db-readonly`` (and ``--force`` for tune) beside a command's ``--db``."""
+    parser.add_argument("--db-readonly", action="store_true",
+                        help="open --db read-only: read records from it, write new ones to the "
+                             "local database (~/.cache/qcompile/tuning.sqlite)")
+
+
+def open_layers(args: argparse.Namespace):
+    """The shared database of ``--db`` (or $QCOMPILE_DB) layered over the local one."""
+    from tuning_db.layers import open_layers as _open
+
+    return _open(args.db, readonly=getattr(args, "db_readonly", False))
+
+
+def _storage(args, *, readonly: bool = False, check_schema: bool = True):
+    from tuning_db import Storage
+
+    return Storage(args.db, readonly=readonly, check_schema=check_schema)
+
+
+def _target_label(target_json: str) -> str:
+    target = json.loads(target_json)
+    detail = target.get("mcpu") or target.get("arch") or ""
+    cores = target.get("num-cores")
+    return " ".join(str(p) for p in (target.get("kind"), detail, f"{cores}c" if cores else "") if p)
+
+
+def _matches(summary, args) -> bool:
+    if args.name and args.name not in summary.name:
+        return False
+    if args.family and summary.family != args.family:
+        return False
+    return not (args.target and args.target not in _target_label(summary.target_json))
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from tuning_db import schema
+    from tuning_db.models import STATUS_OK
+
+    storage = _storage(args, check_schema=False)
+    with storage.engine.connect() as connection:
+        revision = schema.current_revision(connection)
+    print(f"database   {storage.display_url}")
+    print(f"backend    {storage.dialect}")
+    state = "current" if revision == schema.HEAD else f"needs {schema.HEAD}: " + \
+        schema.upgrade_command(storage.display_url)
+    print(f"schema     {revision or 'empty'} ({state})")
+    if revision != schema.HEAD:
+        return 1
+    print(f"workloads  {storage.count_workloads()}")
+    ok = storage.count_records(status=STATUS_OK)
+    print(f"records    {storage.count_records()} ({ok} ok)")
+
+    for user, host, device, count, newest in storage.contributors():
+        print(f"  {count:6d} by {user or '?'}@{host or '?'} ({device or '?'}), newest {newest}")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    storage = _storage(args)
+    summaries = [s for s in storage.summaries() if _matches(s, args)]
+    if not summaries:
+        print(f"no workloads in {storage.display_url}")
+        return 0
+    print(f"{'workload':44s} {'target':28s} {'records':>8s} {'ok':>5s} {'best us':>10s}")
+    for s in summaries:
+        best = f"{s.best_us:10.1f}" if s.best_us is not None else f"{'-':>10s}"
+        print(f"{s.name:44s} {_target_label(s.target_json):28s} {s.records:8d} "
+              f"{s.ok_records:5d} {best}")
+    return 0
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    storage = _storage(args)
+    summaries = {s.digest: s for s in storage.summaries() if _matches(s, args)}
+    shown = 0
+    for workload in storage.workloads():
+        if workload.digest not in summaries:
+            continue
+        records = storage.top_records(workload.id, args.top)
+        if not records:
+            continue
+        print(f"{workload.name}  [{_target_label(workload.target_json)}]  "
+              f"workload {workload.digest[:12]}")
+        for r in records:
+            print(f"  record {r.id:<7d} {r.mean_us:10.2f} us   {r.user or '?'}@{r.host or '?'} "
+                  f"({r.device_model or '?'}), TVM {r.tvm_version or '?'}, qcompile "
+                  f"{r.qcompile_version or '?'}, {r.created_at}, {r.origin or 'tune'}")
+        shown += 1
+    if not shown:
+        print(f"no successful records match in {storage.display_url}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from tuning_db import transfer
+
+    storage = _storage(args)
+    if args.format == "metaschedule":
+        count = transfer.export_metaschedule(storage, args.out, name=args.name)
+    else:
+        count = transfer.export_jsonl(storage, args.out, name=args.name)
+    print(f"exported {count.line()} from {storage.display_url} to {args.out} ({args.format})")
+    return 0
+
+
+def _detect_format(path: Path) -> str:
+    if path.is_dir() or path.name in ("database_workload.json", "database_tuning_record.json"):
+        return "metaschedule"
+    return "jsonl"
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from tuning_db import transfer
+
+    path = Path(args.path)
+    if not path.exists():
+        raise DatabaseError(f"nothing to import: {path} does not exist")
+    kind = _detect_format(path) if args.format == "auto" else args.format
+    storage = _storage(args)
+    if kind == "metaschedule":
+        count = transfer.import_metaschedule(storage, path)
+    else:
+        count = transfer.import_jsonl(storage, path)
+    print(f"imported {count.line()} from {path} ({kind}) into {storage.display_url}")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    storage = _storage(args, readonly=args.dry_run)
+    before = storage.count_records()
+    removed = storage.prune(args.keep, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    print(f"{verb} {removed} of {before} records in {storage.display_url} "
+          f"(kept the {args.keep} fastest per workload and target)")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from tuning_db import Storage, transfer
+
+    source = Storage(args.source, readonly=True)
+    dest = _storage(args)
+    count = transfer.merge(source, dest, name=args.name)
+    print(f"merged {count.line()} from {source.display_url} into {dest.display_url}")
+    return 0
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    from tuning_db import schema
+
+    storage = _storage(args, check_schema=False)
+    before, after = schema.upgrade(storage.engine, storage.display_url)
+    if before == after:
+        print(f"{storage.display_url}: schema already at revision {after}")
+    else:
+        print(f"{storage.display_url}: schema upgraded from {before or 'empty'} to {after}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from tuning_db import schema
+
+    storage = _storage(args, check_schema=False)
+    with storage.engine.connect() as connection:
+        revision = schema.current_revision(connection)
+    if revision != schema.HEAD:
+        print(f"{storage.display_url}: schema revision {revision or 'empty'}, needs "
+              f"{schema.HEAD}; run: {schema.upgrade_command(storage.display_url)}")
+        return 1
+    problems = storage.integrity_problems()
+    for problem in problems:
+        print(f"{storage.display_url}: {problem}")
+    if problems:
+        return 1
+    print(f"{storage.display_url}: ok (schema {revision}, {storage.count_workloads()} workloads, "
+          f"{storage.count_records()} records)")
+    return 0
+
+
+def add_db_commands(db_sub) -> None:
+    """The ``qcompile db`` subcommands, on the ``db`` parser's subparsers."""
+
+    def filters(parser):
+        parser.add_argument("--name", default=None, help="workload names containing this")
+        parser.add_argument("--family", default=None, help="this kernel family only")
+        parser.add_argument("--target", default=None,
+                            help="targets whose label contains this (e.g. core-avx2, sm_90)")
+
+    p = db_sub.add_parser("info", help="backend, schema revision, counts, who tuned")
+    add_db_argument(p)
+    p.set_defaults(func=cmd_info)
+
+    p = db_sub.add_parser("ls", help="a line per workload: name, target, records, best us")
+    add_db_argument(p)
+    filters(p)
+    p.set_defaults(func=cmd_ls)
+
+    p = db_sub.add_parser("best", help="the fastest records per workload, with provenance")
+    add_db_argument(p)
+    filters(p)
+    p.add_argument("--top", type=int, default=1, metavar="K", help="records per workload")
+    p.set_defaults(func=cmd_best)
+
+    p = db_sub.add_parser("export", help="write records to JSON lines or a MetaSchedule "
+                                         "JSONDatabase directory")
+    add_db_argument(p)
+    p.add_argument("--out", required=True, metavar="PATH",
+                   help="a .jsonl file, or a directory for --format metaschedule")
+    p.add_argument("--format", choices=("jsonl", "metaschedule"), default="jsonl")
+    p.add_argument("--name", default=None, help="workload names containing this")
+    p.set_defaults(func=cmd_export)
+
+    p = db_sub.add_parser("import", help="add records from JSON lines or a MetaSchedule "
+                                         "JSONDatabase (idempotent)")
+    add_db_argument(p)
+    p.add_argument("path", metavar="PATH",
+                   help="a .jsonl export, or a JSONDatabase directory (or either of its files)")
+    p.add_argument("--format", choices=("auto", "jsonl", "metaschedule"), default="auto")
+    p.set_defaults(func=cmd_import)
+
+    p = db_sub.add_parser("prune", help="keep the K fastest records per workload and target")
+    add_db_argument(p)
+    p.add_argument("--keep", type=int, required=True, metavar="K")
+    p.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    p.set_defaults(func=cmd_prune)
+
+    p = db_sub.add_parser("merge", help="copy every record of another database into this one")
+    add_db_argument(p)
+    p.add_argument("--from", dest="source", required=True, metavar="URL",
+                   help="the database to copy from (opened read-only)")
+    p.add_argument("--name", default=None, help="workload names containing this")
+    p.set_defaults(func=cmd_merge)
+
+    p = db_sub.add_parser("upgrade", help="migrate the schema to this qcompile's revision")
+    add_db_argument(p)
+    p.set_defaults(func=cmd_upgrade)
+
+    p = db_sub.add_parser("check", help="schema revision and integrity (exit 1 on a problem)")
+    add_db_argument(p)
+    p.set_defaults(func=cmd_check)

@@ -1,0 +1,124 @@
+"""TensorIR of the BCQ family: LUT-GEMM's table-lookup GEMV/GEMM (sections 3.3 and 3.4).
+
+    table[m, c, e]  = sum_{j < mu} (+x[m, c*mu + j] if bit j of e else -x[m, c*mu + j])
+    dot[m, g, i, n] = sum_{c in group g} table[m, c, key_i(c, n)]
+    xsum[m, g]      = sum_{k in group g} x[m, k]
+    y[m, n]         = sum_g (sum_i alpha[g, i, n] * dot[m, g, i, n] + z[g, n] * xsum[m, g])
+
+``key_i(c, n)`` is the mu sign bits of plane i, rows c*mu .. c*mu+mu-1, column n: mu
+consecutive bits of one packed word (or of two, when mu does not divide 32). The tables are
+built once per call (block ``lut``, 2**mu entries for every mu activations) and then every
+weight bit costs one mu-th of a lookup and add; alpha and z are applied once per group.
+
+Blocks (the design spaces in schedules/ schedule them by these names):
+
+=============  ====================================================  ==========================
+block          computes                                              kind
+=============  ====================================================  ==========================
+``lut``        table[m, c, e] += +-x[m, c*mu + j]                    reduce [M, K/mu, 2**mu | mu]
+``x_sum``      xsum[m, g] += x[m, k]                                 reduce [M, G | gsize]
+``group_dot``  dot[m, g, i, n] += table[m, c, key_i(c, n)]           reduce [M, G, q, N | gs/mu]
+``combine``    y[m, n] += sum_i alpha * dot + z * xsum               reduce [M, N | G]
+=============  ====================================================  ==========================
+
+Operands (compact, row-major):
+
+=========  ========  ==================  ============================================
+name       dtype     shape               content
+=========  ========  ==================  ============================================
+x          float32   [M, K]              activations
+planes     int32     [q, K / 32, N]      sign bits along K, LSB first (bit set: +1)
+alpha      float16   [G, q, N]           alpha[g, i, n]
+z          float32   [G, N]              the bias z[g, n]
+y          float32   [M, N]              output
+=========  ========  ==================  ============================================
+"""
+
+from __future__ import annotations
+
+from qcompile._tvm import T
+from qcompile.formats.bcq import WORD_BITS
+from qcompile.kernels.bcq.spec import BcqSpec
+
+
+def key_expr(planes, i, c, n, mu: int):
+    """int32 expression: the mu sign bits of plane ``i``, chunk ``c``, column ``n``.
+
+    When mu divides 32 a chunk lies in one word; otherwise the next word (clamped to the last)
+    is OR-ed in shifted left by 32 - offset, in two steps (a shift by 32 is undefined), and its
+    bits land above the mask unless the chunk straddles.
+    """
+    mask = T.uint32((1 << mu) - 1)
+    offset = c * mu
+    word = offset // WORD_BITS
+    shift = T.Cast("uint32", offset % WORD_BITS)
+    low = T.shift_right(T.Cast("uint32", planes[i, word, n]), shift)
+    if WORD_BITS % mu == 0:
+        return T.Cast("int32", T.bitwise_and(low, mask))
+    last = planes.shape[1] - 1
+    nxt = T.Cast("uint32", planes[i, T.min(word + 1, last), n])
+    high = T.shift_left(T.shift_left(nxt, T.uint32(1)), T.uint32(WORD_BITS - 1) - shift)
+    return T.Cast("int32", T.bitwise_and(T.bitwise_or(low, high), mask))
+
+
+def signed_term(x, m, c, e, j, mu: int):
+    """float32 expression: +x[m, c*mu + j] if bit j of table entry e is set, else -x."""
+    value = x[m, c * mu + j]
+    return T.Select(T.bitwise_and(T.shift_right(e, j), 1) == 1, value, -value)
+
+
+def planes_sum(alpha, dot, m, g, n, q: int):
+    """float32 expression: sum_i alpha[g, i, n] * dot[m, g, i, n] (q terms, unrolled)."""
+    total = T.Cast("float32", alpha[g, 0, n]) * dot[m, g, 0, n]
+    for i in range(1, q):
+        total = total + T.Cast("float32", alpha[g, i, n]) * dot[m, g, i, n]
+    return total
+
+
+def bcq_compute(spec: BcqSpec):
+    """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes)."""
+    M, K, N, G, Q = spec.m, spec.k, spec.n, spec.groups, spec.q
+    mu, gsize, cpg = spec.mu, spec.effective_group_size, spec.chunks_per_group
+    C, E, W = spec.chunks, 1 << spec.mu, spec.words
+    attrs = spec.func_attrs()
+
+    @T.prim_func(s_tir=True)
+    def bcq_gemm(
+        x: T.Buffer((M, K), "float32"),
+        planes: T.Buffer((Q, W, N), "int32"),
+        alpha: T.Buffer((G, Q, N), "float16"),
+        z: T.Buffer((G, N), "float32"),
+        y: T.Buffer((M, N), "float32"),
+    ):
+        T.func_attr(attrs)
+        table = T.sblock_alloc_buffer((M, C, E), "float32")
+        x_sum = T.sblock_alloc_buffer((M, G), "float32")
+        dot = T.sblock_alloc_buffer((M, G, Q, N), "float32")
+        for m, c, e, j in T.grid(M, C, E, mu):
+            with T.sblock("lut"):
+                vm, vc, ve, vj = T.axis.remap("SSSR", [m, c, e, j])
+                with T.init():
+                    table[vm, vc, ve] = T.float32(0)
+                table[vm, vc, ve] = table[vm, vc, ve] + signed_term(x, vm, vc, ve, vj, mu)
+        for m, g, r in T.grid(M, G, gsize):
+            with T.sblock("x_sum"):
+                vm, vg, vr = T.axis.remap("SSR", [m, g, r])
+                with T.init():
+                    x_sum[vm, vg] = T.float32(0)
+                x_sum[vm, vg] = x_sum[vm, vg] + x[vm, vg * gsize + vr]
+        for m, g, i, n, r in T.grid(M, G, Q, N, cpg):
+            with T.sblock("group_dot"):
+                vm, vg, vi, vn, vr = T.axis.remap("SSSSR", [m, g, i, n, r])
+                with T.init():
+                    dot[vm, vg, vi, vn] = T.float32(0)
+                dot[vm, vg, vi, vn] = dot[vm, vg, vi, vn] + table[
+                    vm, vg * cpg + vr, key_expr(planes, vi, vg * cpg + vr, vn, mu)]
+        for m, n, g in T.grid(M, N, G):
+            with T.sblock("combine"):
+                vm, vn, vg = T.axis.remap("SSR", [m, n, g])
+                with T.init():
+                    y[vm, vn] = T.float32(0)
+                y[vm, vn] = y[vm, vn] + (planes_sum(alpha, dot, vm, vg, vn, Q)
+                                         + z[vg, vn] * x_sum[vm, vg])
+
+    return bcq_gemm

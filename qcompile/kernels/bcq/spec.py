@@ -1,0 +1,99 @@
+"""The BCQ family's spec: q sign planes, group-wise alpha and bias, lookups over mu activations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from qcompile.errors import SpecError
+from qcompile.formats.bcq import SUPPORTED_PLANES, WORD_BITS
+from qcompile.kernels.base import KernelSpec
+
+#: Activations per table (the table has 2**mu entries).
+SUPPORTED_MU = (2, 3, 4, 5, 6, 7, 8)
+
+
+@dataclass(frozen=True)
+class BcqSpec(KernelSpec):
+    """A LUT-GEMM GEMV/GEMM ``y[M, N] = x[M, K] @ W[K, N]`` with W in BCQ form.
+
+    Attributes
+    ----------
+    k, n : int
+        In-features K (the reduction; a multiple of 32) and out-features N.
+    q : int
+        Sign planes (bits per weight), 1..8.
+    group_size : int
+        Rows of K sharing alpha and the bias z; -1 for the whole column. A multiple of mu.
+    m : int
+        Activation rows per call (1 = GEMV).
+    mu : int
+        Activations per lookup table (2..8): each table holds the 2**mu signed sums of mu
+        consecutive activations and replaces mu additions per plane and output by one lookup.
+        It sets the table's shape, so it is part of the workload; ``tools/tune_bcq_cuda.py``
+        and ``tools/bench_bcq.py`` sweep it.
+    dtype : str
+        Activation and output dtype (float32).
+    """
+
+    family: ClassVar[str] = "bcq"
+    compute_version: ClassVar[int] = 1
+
+    k: int
+    n: int
+    q: int = 3
+    group_size: int = 128
+    m: int = 1
+    mu: int = 8
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        for field in ("k", "n", "m"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value <= 0:
+                raise SpecError(f"{field.upper()} must be a positive integer; got {value!r}")
+        if self.q not in SUPPORTED_PLANES:
+            raise SpecError(f"q={self.q} sign planes is not supported; supported: "
+                            f"{SUPPORTED_PLANES}")
+        if self.mu not in SUPPORTED_MU:
+            raise SpecError(f"mu={self.mu} is not supported; supported: {SUPPORTED_MU}")
+        if self.k % WORD_BITS:
+            raise SpecError(f"K={self.k} must be a multiple of {WORD_BITS}: sign bits are "
+                            f"packed {WORD_BITS} rows of K per word")
+        if self.group_size != -1 and (self.group_size <= 0 or self.k % self.group_size):
+            raise SpecError(f"K={self.k} must be divisible by group_size={self.group_size} "
+                            "(or use group_size=-1 for one group per column)")
+        if self.effective_group_size % self.mu:
+            raise SpecError(
+                f"group size {self.effective_group_size} must be a multiple of mu={self.mu}: "
+                "a table's mu rows of K may not span two groups")
+        if self.dtype != "float32":
+            raise SpecError(f"dtype={self.dtype!r} is not supported by the bcq family; "
+                            "supported: ('float32',)")
+
+    @property
+    def groups(self) -> int:
+        """G: alpha/bias rows per column."""
+        return 1 if self.group_size == -1 else self.k // self.group_size
+
+    @property
+    def effective_group_size(self) -> int:
+        return self.k if self.group_size == -1 else self.group_size
+
+    @property
+    def chunks(self) -> int:
+        """Tables per activation row: K / mu."""
+        return self.k // self.mu
+
+    @property
+    def chunks_per_group(self) -> int:
+        return self.effective_group_size // self.mu
+
+    @property
+    def words(self) -> int:
+        """Packed words per plane and column: K / 32."""
+        return self.k // WORD_BITS
+
+    def name(self) -> str:
+        group = "col" if self.group_size == -1 else str(self.group_size)
+        return f"bcq_q{self.q}_g{group}_mu{self.mu}_k{self.k}_n{self.n}_m{self.m}_f32"

@@ -1,0 +1,38 @@
+"""Valid operands for measuring mixed kernels while tuning.
+
+MetaSchedule fills every operand with random values; the mixed kernel reads x through
+``order`` and walks CSR outliers through ``row_ptr`` and ``cols``, so random ones read outside
+their buffers. This allocator makes the format's random-but-valid arrays instead
+(``MixedFamily.example_tensors``), with the spec's real outlier count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def alloc_arguments(spec_json: str, device, args_info, alloc_repeat: int):
+    """LocalRunner's ``f_alloc_argument`` for the spec in ``spec_json`` (bound with partial).
+
+    Returns ``alloc_repeat`` argument lists: x float32 [M, K] (standard normal), the format's
+    arrays, y float32 [M, N] (zeros).
+    """
+    import json
+
+    from qcompile import _tvm
+    from qcompile.kernels import get_family, spec_from_dict
+
+    spec = spec_from_dict(json.loads(spec_json))
+    family = get_family(spec.family)
+    repeated = []
+    for index in range(alloc_repeat):
+        rng = np.random.default_rng(index)
+        arrays = [rng.standard_normal((spec.m, spec.k)).astype(np.float32),
+                  *family.example_tensors(spec, rng).values(),
+                  np.zeros((spec.m, spec.n), dtype=np.float32)]
+        shapes = [tuple(info[2]) for info in args_info]
+        if shapes != [a.shape for a in arrays]:
+            raise ValueError(f"mixed measurement operands {[a.shape for a in arrays]} do not "
+                             f"match the workload's arguments {shapes}")
+        repeated.append([_tvm.tvm.runtime.tensor(a, device) for a in arrays])
+    return repeated

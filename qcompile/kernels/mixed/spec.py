@@ -1,0 +1,81 @@
+"""The mixed family's spec: 2/4-bit groups in one matrix plus fp16 outliers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from qcompile.errors import FormatError, SpecError
+from qcompile.formats.mixed import MixedLayout
+from qcompile.kernels.base import KernelSpec
+
+ACTIVATION_DTYPES = ("float32",)
+
+
+def _share_label(share: float) -> str:
+    """A share as a percentage without dots (symbols): 0.25 -> "25", 0.002 -> "0p2"."""
+    return f"{share * 100:.4g}".replace(".", "p")
+
+
+@dataclass(frozen=True)
+class MixedSpec(KernelSpec):
+    """A mixed 2/4/16-bit GEMV/GEMM ``y[M, N] = x[M, K] @ W[K, N]`` (formats/mixed.py).
+
+    Attributes
+    ----------
+    k, n : int
+        In-features K (the reduction) and out-features N.
+    m : int
+        Activation rows per call (1 = GEMV).
+    dtype : str
+        Activation and output dtype (float32).
+    g1 : int
+        Rows per first-order group and per 2/4-bit decision (a multiple of 16).
+    g2 : int
+        Columns per second-order group of the 2-bit scales.
+    g4 : int
+        Rows of the 4-bit matrix per scale group (a multiple of g1).
+    four_bit_share : float
+        Share of the g1-groups stored in 4-bit (rounded to whole g4 groups).
+    outlier_share : float
+        Share of all weights kept as fp16 outliers (taken from the 2-bit groups).
+    """
+
+    family: ClassVar[str] = "mixed"
+    compute_version: ClassVar[int] = 1
+
+    k: int
+    n: int
+    m: int = 1
+    dtype: str = "float32"
+    g1: int = 16
+    g2: int = 16
+    g4: int = 64
+    four_bit_share: float = 0.25
+    outlier_share: float = 0.002
+
+    def __post_init__(self) -> None:
+        for field in ("k", "n", "m"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value <= 0:
+                raise SpecError(f"{field.upper()} must be a positive integer; got {value!r}")
+        if self.dtype not in ACTIVATION_DTYPES:
+            raise SpecError(f"dtype={self.dtype!r} is not supported by the mixed family; "
+                            f"supported: {ACTIVATION_DTYPES}")
+        for field in ("four_bit_share", "outlier_share"):
+            if not isinstance(getattr(self, field), (int, float)):
+                raise SpecError(f"{field} must be a number; got {getattr(self, field)!r}")
+        try:
+            self.layout  # noqa: B018 - validates shapes, group sizes and shares
+        except FormatError as error:
+            raise SpecError(str(error)) from None
+
+    @property
+    def layout(self) -> MixedLayout:
+        return MixedLayout.from_shares(self.k, self.n, g1=self.g1, g2=self.g2, g4=self.g4,
+                                       four_bit_share=float(self.four_bit_share),
+                                       outlier_share=float(self.outlier_share))
+
+    def name(self) -> str:
+        return (f"mixed_g{self.g1}_{self.g2}_{self.g4}_q{_share_label(self.four_bit_share)}"
+                f"_o{_share_label(self.outlier_share)}_k{self.k}_n{self.n}_m{self.m}_f32")

@@ -1,0 +1,1 @@
+"""Quantizers: float weights (plus calibration data) in, a kernel family's format out."""

@@ -1,0 +1,69 @@
+"""The BCQ family's CUDA kernels on a real GPU (marked `cuda`: skipped without one).
+
+Run on the GPU machine with ``python -m pytest -m cuda tests/cuda/test_bcq_cuda.py``.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import qcompile
+import targets
+from qcompile.build import build, build_untuned
+from qcompile.formats.gptq import quantize_rtn
+from qcompile.kernels import BcqSpec, UniformSpec, get_family
+from qcompile.tune import tune
+from tuning_db import Storage
+
+pytestmark = pytest.mark.cuda
+FAMILY = get_family("bcq")
+PRESET = targets.get("cuda")
+
+
+def relative_error(got: torch.Tensor, reference: np.ndarray) -> float:
+    got = got.float().cpu().numpy()
+    assert np.isfinite(got).all()
+    return float(np.abs(got - reference).max() / np.abs(reference).max())
+
+
+@pytest.mark.parametrize("q,group_size,mu,m", [(3, 128, 8, 1), (3, 128, 4, 1), (2, 64, 4, 4),
+                                               (4, -1, 8, 2), (1, 96, 3, 1)])
+def test_untuned_kernels_are_correct(tmp_path, q, group_size, mu, m):
+    k = 768 if mu == 3 else 1024
+    spec = BcqSpec(k=k, n=768, q=q, group_size=group_size, mu=mu, m=m)
+    kernel = qcompile.load(build_untuned(spec, PRESET, tmp_path).so_path)
+    rng = np.random.default_rng(q * 10 + mu)
+    tensors = FAMILY.example_tensors(spec, rng)
+    weights = kernel.prepare(**tensors)
+    assert all(t.is_cuda for t in weights.tensors)
+    x = torch.randn(m, k, device="cuda")
+    y = kernel(x, weights)
+    assert y.is_cuda and y.shape == (m, spec.n)
+    assert relative_error(y, FAMILY.reference(spec, x.cpu().numpy(), **tensors)) < 1e-5
+
+
+def test_uniform_weights_match_the_uniform_kernel_on_the_gpu(tmp_path):
+    k, n = 2048, 1024
+    rng = np.random.default_rng(3)
+    layer = quantize_rtn(rng.standard_normal((k, n)).astype(np.float32) * 0.02, 3, 128)
+    gptq = {"qweight": layer.qweight, "scales": layer.scales, "qzeros": layer.qzeros}
+    uniform = qcompile.load(build_untuned(UniformSpec(k=k, n=n, bits=3, group_size=128), PRESET,
+                                          tmp_path).so_path)
+    lut = qcompile.load(build_untuned(BcqSpec(k=k, n=n, q=3, group_size=128, mu=8), PRESET,
+                                      tmp_path).so_path)
+    x = torch.randn(k, device="cuda")
+    y_uniform = uniform(x, uniform.prepare(**gptq)).double()
+    y_lut = lut(x, lut.prepare(**gptq)).double()
+    assert ((y_lut - y_uniform).abs().max() / y_uniform.abs().max()).item() < 1e-4
+
+
+def test_tune_then_build_from_the_record(tmp_path):
+    spec = BcqSpec(k=1024, n=1024, q=3, group_size=128, mu=4)
+    storage = Storage(f"sqlite:///{tmp_path / 'tuning.sqlite'}")
+    summary = tune(spec, PRESET, trials=8, storage=storage, progress=False)
+    assert summary.best_us is not None and summary.trials == 8
+    kernel = qcompile.load(build(spec, PRESET, tmp_path / "out", storage=storage).so_path)
+    tensors = FAMILY.example_tensors(spec, np.random.default_rng(0))
+    x = torch.randn(spec.k, device="cuda")
+    y = kernel(x, kernel.prepare(**tensors))
+    assert relative_error(y, FAMILY.reference(spec, x.cpu().numpy(), **tensors)) < 1e-5

@@ -1,0 +1,120 @@
+"""Schema revisions: the check on open, and one upgrade test per migration, on every backend."""
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import inspect, text
+
+from qcompile.errors import DatabaseError
+from tuning_db import Storage, schema
+from tuning_db.models import Base
+
+WORKLOAD_0001 = dict(digest="w" * 64, name="uniform_demo", family="uniform", spec_digest="s" * 64,
+                     spec_json="{}", target_key="t" * 64, target_json='{"kind":"llvm"}',
+                     mod_hash="1234", mod_json="[]")
+
+
+def _record_0001(workload_id):
+    return dict(digest="r" * 64, workload_id=workload_id, status="ok", mean_us=12.5,
+                run_secs_json="[1.25e-05]", error=None, trace_json="[]", args_info_json="[]",
+                target_json='{"kind":"llvm"}', host="h1", device_model="cpu", tvm_version="0.27.0",
+                tvm_ffi_version="0.1.14", qcompile_version="0.1.0", user="alice")
+
+
+def _bare(url):
+    """The database at ``url`` opened without the schema check (as `qcompile db upgrade` does)."""
+    return Storage(url, check_schema=False)
+
+
+def _schema_diff(engine):
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    with engine.connect() as connection:
+        diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    # SQLite reports no server defaults reliably; types are compared where the backend reports.
+    return [d for d in diff if not (isinstance(d, list) and d and d[0][0] == "modify_default")]
+
+
+def test_head_is_alembic_head():
+    from alembic.script import ScriptDirectory
+
+    from tuning_db.schema import alembic_config
+
+    script = ScriptDirectory.from_config(alembic_config(None))
+    assert script.get_heads() == [schema.HEAD]
+    walked = [rev.revision for rev in script.walk_revisions()]
+    assert tuple(reversed(walked)) == schema.REVISIONS
+
+
+def test_fresh_database_is_created_at_head(db_url):
+    storage = Storage(db_url)
+    assert storage.revision == schema.HEAD
+    assert _schema_diff(storage.engine) == []
+    with storage.engine.connect() as connection:
+        assert schema.current_revision(connection) == schema.HEAD
+
+
+def test_upgrade_0001_builds_the_first_schema(db_url):
+    bare = _bare(db_url)
+    before, after = schema.upgrade(bare.engine, bare.display_url, "0001")
+    assert (before, after) == (None, "0001")
+    names = set(inspect(bare.engine).get_table_names())
+    assert {"workloads", "tuning_records", "alembic_version"} <= names
+    columns = {c["name"] for c in inspect(bare.engine).get_columns("tuning_records")}
+    assert "origin" not in columns and {"host", "user", "tvm_ffi_version"} <= columns
+    with pytest.raises(DatabaseError, match="revision 0001; this qcompile needs revision 0002. "
+                                            "Run: qcompile db upgrade --db"):
+        schema.check(bare.engine, bare.display_url, readonly=False)
+
+
+def test_upgrade_0002_keeps_records_and_adds_origin(db_url):
+    bare = _bare(db_url)
+    schema.upgrade(bare.engine, bare.display_url, "0001")
+    meta = sa.MetaData()
+    workloads = sa.Table("workloads", meta, autoload_with=bare.engine)
+    records = sa.Table("tuning_records", meta, autoload_with=bare.engine)
+    with bare.engine.begin() as connection:
+        wid = connection.execute(workloads.insert().values(**WORKLOAD_0001)).inserted_primary_key[0]
+        connection.execute(records.insert().values(**_record_0001(wid)))
+    before, after = schema.upgrade(bare.engine, bare.display_url)
+    assert (before, after) == ("0001", "0002")
+    assert _schema_diff(bare.engine) == []
+    assert schema.check(bare.engine, bare.display_url, readonly=False) == schema.HEAD
+    storage = bare
+    (record,) = storage.records()
+    assert (record.mean_us, record.user, record.host, record.origin) == (12.5, "alice", "h1", "")
+    if storage.dialect in ("mysql", "mariadb"):
+        types = {c["name"]: str(c["type"]) for c in inspect(bare.engine).get_columns("workloads")}
+        assert types["mod_json"] == "LONGTEXT"
+    # upgrading again is a no-op
+    assert schema.upgrade(bare.engine, bare.display_url) == ("0002", "0002")
+
+
+def test_legacy_database_is_refused_then_upgraded(db_url):
+    """A database from before migrations (tables from create_all, no alembic_version)."""
+    bare = _bare(db_url)
+    schema.upgrade(bare.engine, bare.display_url, "0001")
+    with bare.engine.begin() as connection:
+        connection.execute(text("DROP TABLE alembic_version"))
+        assert schema.current_revision(connection) == "legacy"
+    with pytest.raises(DatabaseError, match="before schema versions.*qcompile db upgrade"):
+        schema.check(bare.engine, bare.display_url, readonly=False)
+    assert schema.upgrade(bare.engine, bare.display_url) == ("legacy", schema.HEAD)
+    assert schema.check(bare.engine, bare.display_url, readonly=True) == schema.HEAD
+
+
+def test_newer_revision_is_refused(tmp_path):
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    storage = Storage(url)
+    with storage.engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    with pytest.raises(DatabaseError, match="revision 0099, which this qcompile does not know"):
+        Storage(url)
+
+
+def test_readonly_never_creates(tmp_path):
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    with pytest.raises(DatabaseError, match="no qcompile tables and is opened read-only"):
+        Storage(url, readonly=True)
+    assert Storage(url, readonly=False).revision == schema.HEAD
+    assert Storage(url, readonly=True).revision == schema.HEAD

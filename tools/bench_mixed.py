@@ -1,0 +1,207 @@
+"""Latency of the fused mixed 2/4/16 kernel over the outlier share, against our uniform 2-bit
+and 4-bit kernels, and the effective bandwidth (bytes read / time) of fused vs uniform 4-bit.
+
+CPU (default, ``--target avx2``): every kernel is its best record from ``--db`` when the
+database has one, else the fastest of its family's untuned heuristic and a small sweep of fixed
+register tiles (``--tiles``); those are then timed in interleaved rounds (medians, and the
+fused/uniform ratio within each round).
+
+The GPU run (tuning, the sync/async comparison, CUDA-graph timing) is
+tools/bench_mixed_cuda.py, for the GPU machine.
+
+    python tools/bench_mixed.py --target avx2 --shape 8192x28672 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+import targets
+from qcompile import _tvm
+from qcompile.kernels import MixedSpec, UniformSpec, get_family
+from qcompile.tensors import kernel_ready
+
+OUTLIER_SHARES = (0.0, 0.002, 0.005, 0.015)
+DEFAULT_TILES = ((1, 4, 1), (1, 4, 2), (2, 4, 2), (1, 8, 1), (4, 2, 2))
+
+
+def _specs(k: int, n: int, m: int, group: int, g4: int, share4: float) -> dict[str, object]:
+    specs: dict[str, object] = {
+        f"uniform 4-bit g{group}": UniformSpec(k=k, n=n, m=m, bits=4, group_size=group),
+        f"uniform 2-bit g{group}": UniformSpec(k=k, n=n, m=m, bits=2, group_size=group),
+    }
+    for share in OUTLIER_SHARES:
+        specs[f"mixed {share:.1%} outliers"] = MixedSpec(k=k, n=n, m=m, g4=g4,
+                                                         four_bit_share=share4,
+                                                         outlier_share=share)
+    return specs
+
+
+def _cpu_candidates(spec, preset, hw, tiles, storage, out_dir) -> list[tuple]:
+    """[(function, how, kernel or None)] for ``spec``: the database's best record if there is
+    one; else the family's untuned heuristic (the uniform family's is its QIGen-model point,
+    with its tiled weight layout) and one kernel per fixed tile of ``tiles``. A loaded kernel
+    comes with its own ``prepare`` (layouts); the caller keeps the fastest candidate."""
+    import qcompile
+    from qcompile.build import build, build_untuned
+    from qcompile.errors import NoRecordError
+    from schedules.cpu import mixed as cpu_mixed
+    from schedules.cpu import uniform as cpu_uniform
+
+    if storage is not None:
+        try:
+            kernel = qcompile.load(build(spec, preset, out_dir, storage=storage).so_path)
+            return [(kernel.function, "tuned record", kernel)]
+        except NoRecordError:
+            pass
+    kernel = qcompile.load(build_untuned(spec, preset, out_dir).so_path)
+    candidates = [(kernel.function, "untuned heuristic", kernel)]
+    mod = _tvm.normalize_mod(get_family(spec.family).compute_for(spec, "cpu"))
+    target = _tvm.Target(preset.tvm_target(hw))
+    sketch = cpu_mixed.register_tile if spec.family == "mixed" else cpu_uniform.register_tile
+    seen = set()
+    for blk, reg, *rest in tiles:
+        chosen = {"n_blk": blk, "n_reg": reg}
+        if spec.family == "mixed" and rest:
+            chosen["g_unroll"] = rest[0]
+        key = tuple(sorted(chosen.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        sch = sketch(_tvm.Schedule(mod), spec, hw, chosen)
+        lib = _tvm.tvm.compile(sch.mod, target=target)
+        candidates.append((lib[spec.name()], "tiles " + " ".join(f"{k}={v}" for k, v in key),
+                           None))
+    return candidates
+
+
+def _time(fn, calls: int) -> float:
+    for _ in range(2):
+        fn()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def bench_cpu(args) -> dict:
+    preset = targets.get(args.target)
+    hw = preset.hardware()
+    torch.set_num_threads(hw.cores)
+    storage = None
+    if args.db:
+        from tuning_db import Storage
+
+        storage = Storage(args.db)
+    k, n = args.shape
+    specs = _specs(k, n, args.batch, args.group_size, args.g4, args.four_bit_share)
+    rng = np.random.default_rng(0)
+    x = kernel_ready(torch.from_numpy(rng.standard_normal((args.batch, k)).astype(np.float32)))
+    chosen = {}
+    out_dir = tempfile.mkdtemp(prefix="qcompile-bench-mixed-")
+    for label, spec in specs.items():
+        family = get_family(spec.family)
+        tensors = family.example_tensors(spec, rng)
+        y = torch.empty((args.batch, n), dtype=torch.float32)
+        best = None
+        for function, desc, kernel in _cpu_candidates(spec, preset, hw, args.tiles, storage,
+                                                      out_dir):
+            prepared = (kernel.prepare(**tensors) if kernel is not None
+                        else family.prepare(spec, **tensors))
+            seconds = min(_time(lambda f=function, p=prepared, o=y: f(x, *p.tensors, o), 3)
+                          for _ in range(3))
+            if best is None or seconds < best[0]:
+                best = (seconds, function, desc, prepared)
+        chosen[label] = (spec, best[3], y, best[1], best[2])
+        print(f"  {label:28s} {best[0] * 1e6:10.1f} us  ({best[2]})", file=sys.stderr)
+    samples = {label: [] for label in chosen}
+    for _ in range(args.rounds):
+        for label, (_, prepared, y, function, _) in chosen.items():
+            samples[label].append(_time(lambda f=function, p=prepared, o=y: f(x, *p.tensors, o),
+                                        args.calls))
+    rows = []
+    for label, (spec, _, _, _, desc) in chosen.items():
+        median = statistics.median(samples[label])
+        nbytes = get_family(spec.family).bytes_read(spec)
+        rows.append({"kernel": label, "spec": spec.name(), "schedule": desc,
+                     "median_us": median * 1e6, "bytes": nbytes,
+                     "effective_gbps": nbytes / median / 1e9,
+                     "rounds_us": [t * 1e6 for t in samples[label]]})
+    return {"target": preset.name, "threads": hw.cores, "shape": [k, n], "batch": args.batch,
+            "rounds": args.rounds, "calls_per_round": args.calls, "rows": rows}
+
+
+def summarise(report: dict) -> dict:
+    """Ratios the issue asks for: fused (0.2%) vs uniform 4-bit bandwidth, latency by share."""
+    rows = {row["kernel"]: row for row in report["rows"]}
+    four = next(row for label, row in rows.items() if label.startswith("uniform 4-bit"))
+    two = next(row for label, row in rows.items() if label.startswith("uniform 2-bit"))
+    fused = rows["mixed 0.2% outliers"]
+    base = rows["mixed 0.0% outliers"]
+    paired = [(fused["bytes"] / f) / (four["bytes"] / u)
+              for f, u in zip(fused["rounds_us"], four["rounds_us"], strict=True)]
+    return {
+        "fused_vs_uniform4_bandwidth": fused["effective_gbps"] / four["effective_gbps"],
+        # the same ratio within each round (both kernels a few ms apart), then the median and
+        # range over rounds: robust to load that drifts between rounds
+        "fused_vs_uniform4_bandwidth_paired": statistics.median(paired),
+        "fused_vs_uniform4_bandwidth_paired_range": [min(paired), max(paired)],
+        "fused_vs_uniform4_latency": fused["median_us"] / four["median_us"],
+        "fused_vs_uniform2_latency": fused["median_us"] / two["median_us"],
+        "outlier_slowdown": {label: row["median_us"] / base["median_us"]
+                             for label, row in rows.items() if label.startswith("mixed")},
+    }
+
+
+def main(argv=None) -> int:
+    from qcompile.cli import add_db_argument, parse_shape
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", default="avx2", choices=sorted(targets.PRESETS))
+    parser.add_argument("--shape", type=parse_shape, default=parse_shape("8192x28672"))
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--group-size", type=int, default=128,
+                        help="group size of the uniform kernels (default 128)")
+    parser.add_argument("--g4", type=int, default=64)
+    parser.add_argument("--four-bit-share", type=float, default=0.25)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--calls", type=int, default=5, help="calls per kernel per round")
+    parser.add_argument("--tiles", type=lambda s: tuple(tuple(int(v) for v in t.split("x"))
+                                                        for t in s.split(",")),
+                        default=DEFAULT_TILES,
+                        help="CPU: n_blk x n_reg x g_unroll list (g_unroll: mixed only), "
+                             "e.g. 1x4x2,2x4x1")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    add_db_argument(parser)
+    args = parser.parse_args(argv)
+    report = bench_cpu(args)
+    report["summary"] = summarise(report)
+    print(f"{report['shape'][0]}x{report['shape'][1]}, M={report['batch']}, {report['target']} "
+          f"({report['threads']} threads), {report['rounds']} interleaved rounds")
+    for row in report["rows"]:
+        print(f"  {row['kernel']:28s} {row['median_us']:10.1f} us  {row['effective_gbps']:6.1f} "
+              f"GB/s  {row['bytes'] / 2**20:8.1f} MiB  {row['schedule']}")
+    s = report["summary"]
+    print(f"  fused (0.2%) / uniform 4-bit effective bandwidth: "
+          f"{s['fused_vs_uniform4_bandwidth']:.1%} (medians); per round: median "
+          f"{s['fused_vs_uniform4_bandwidth_paired']:.1%}, range "
+          f"{s['fused_vs_uniform4_bandwidth_paired_range'][0]:.1%}.."
+          f"{s['fused_vs_uniform4_bandwidth_paired_range'][1]:.1%}")
+    print("  outlier slowdown vs 0%: " + ", ".join(
+        f"{label.split()[1]} {v:.3f}" for label, v in s["outlier_slowdown"].items()))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

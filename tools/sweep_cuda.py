@@ -1,0 +1,222 @@
+"""Time chosen points of the uniform family's CUDA design space on a GPU, in one run: the
+untuned heuristic against hand-picked sketches and knobs, per shape and M.
+
+What ``tools/tune_cuda.py`` does by sampling, this does by enumeration, for the decisions behind
+the heuristic (``schedules.cuda.uniform.heuristic_knobs``): every variant is built with its knobs
+pinned (``uniform.sketch(..., fixed=knobs)``) in a pool of processes, each ``.so`` compiled for
+this GPU as it is built, then each is checked against the float64 reference and timed the way
+``tools/bench_cuda.py`` times (CUDA graphs of back-to-back calls over weight copies that exceed
+the L2 three times, medians of interleaved rounds).
+
+    python tools/sweep_cuda.py --json sweep.json
+    python tools/sweep_cuda.py --shapes 8192x28672 --batches 1 --variants variants.json
+
+``--variants`` takes a JSON list of ``{"sketch": ..., "knobs": {...}}`` (applied to every shape
+and M where the knobs are candidates); without it the built-in list below is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+SHAPES = "8192x28672,28672x8192,8192x8192,4096x4096"
+BATCHES = "1,4,16"
+
+
+def builtin_variants(m: int) -> list[dict]:
+    """Hand-picked points around the heuristic for a given M (the heuristic is added first)."""
+    kw = "+k_warps"
+
+    def knobs(k_lanes, n_lanes, m_lanes, load_words, n_vecs=1, unroll=64):
+        return dict(k_lanes=k_lanes, n_lanes=n_lanes, n_vecs=n_vecs, m_lanes=m_lanes,
+                    load_words=load_words, unroll=unroll)
+
+    if m == 1:
+        out = [{"sketch": "x_registers" + kw, "knobs": knobs(k, n, 1, lw)}
+               for n, k in ((8, 32), (16, 16), (32, 8)) for lw in (4, 8)]
+        out += [{"sketch": "x_block" + kw, "knobs": knobs(32, 8, 1, 8)},
+                {"sketch": "x_chunk" + kw, "knobs": knobs(32, 8, 1, 8)},
+                {"sketch": "x_registers" + kw, "knobs": knobs(16, 8, 1, 4, n_vecs=2)},
+                # the best the sampled space found before +k_warps (75 us at 8192x28672)
+                {"sketch": "x_block", "knobs": knobs(16, 32, 1, 4, n_vecs=2, unroll=512)}]
+        return out
+    out = []
+    for m_lanes in sorted({1, 2, max(1, m // 4)}):
+        rows = m // m_lanes
+        k_lanes = min(32, 256 // (8 * m_lanes))
+        out += [{"sketch": "x_registers" + kw, "knobs": knobs(k_lanes, 8, m_lanes, lw, nv)}
+                for lw in (1, 2, 4) for nv in (1, 2) if rows * lw * 8 <= 64 * nv]
+        # x in shared memory per group step: no x registers, so more loads in flight.
+        chunk_lanes = max(v for v in (1, 2, 4, 8, 16) if m * v * 128 * 4 <= 48 * 1024)
+        out += [{"sketch": "x_chunk" + kw, "knobs": knobs(chunk_lanes, n, m_lanes, lw)}
+                for n, lw in ((32, 2), (8, 8))]
+    return out
+
+
+def _build(job: dict) -> dict:
+    """Build one variant (in a worker process): the .so path, or the error."""
+    import targets
+    from qcompile import _tvm
+    from qcompile.build import export
+    from qcompile.kernels import UniformSpec, family_of
+    from schedules.cuda import uniform
+
+    started = time.monotonic()
+    try:
+        spec = UniformSpec(**job["spec"])
+        preset = targets.get("cuda")
+        hw = preset.hardware()
+        target = _tvm.Target(preset.tvm_target(hw))
+        mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, "cuda"))
+        if job["sketch"] == "heuristic":
+            sch = uniform.heuristic_schedule(_tvm.Schedule(mod), spec, hw)
+        else:
+            sch = uniform.sketch(_tvm.Schedule(mod), spec, hw, job["sketch"], job["knobs"])
+        so, _ = export(spec, preset, target, sch.mod, job["dir"], {"id": None, "sweep": job})
+        return {**job, "so": str(so), "build_s": time.monotonic() - started}
+    except Exception as error:  # noqa: BLE001 - a variant that does not build is a result
+        return {**job, "error": f"{type(error).__name__}: {str(error)[-300:]}"}
+
+
+def jobs_for(shapes, batches, variants, root: Path) -> list[dict]:
+    """Every (shape, M, variant) whose knobs are candidates there, the heuristic first."""
+    from qcompile.kernels import UniformSpec
+    from schedules.cuda import uniform
+
+    jobs = []
+    for k, n in shapes:
+        for m in batches:
+            spec = UniformSpec(k=k, n=n, m=m)
+            cands = uniform.knob_candidates(spec)
+            name, knobs = uniform.heuristic_knobs(spec, _hw())
+            chosen = [{"sketch": "heuristic", "knobs": {"sketch": name, "knobs": knobs}}]
+            sketches = uniform.sketches_for(spec, _hw())
+            for v in variants if variants is not None else builtin_variants(m):
+                if v["sketch"] in sketches and all(
+                        value in cands[name] for name, value in v["knobs"].items()):
+                    chosen.append(v)
+            for i, v in enumerate(chosen):
+                jobs.append({"spec": {"k": k, "n": n, "m": m}, "sketch": v["sketch"],
+                             "knobs": v["knobs"], "dir": str(root / f"k{k}n{n}m{m}v{i}")})
+    return jobs
+
+
+def _hw():
+    import targets
+
+    return targets.get("cuda").hardware()
+
+
+def time_all(built: list[dict], rounds: int) -> list[dict]:
+    """Check and time every built variant; weights shared by the variants of one spec."""
+    import numpy as np
+    import torch
+    from bench_cuda import Timed, copies_for, random_layer
+
+    import qcompile
+    from qcompile.kernels import UniformSpec, family_of
+
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    rng = np.random.default_rng(0)
+    results = []
+    by_spec: dict[tuple, list[dict]] = {}
+    for job in built:
+        by_spec.setdefault(tuple(job["spec"].values()), []).append(job)
+    for (k, n, m), jobs in by_spec.items():
+        spec = UniformSpec(k=k, n=n, m=m)
+        family = family_of(spec)
+        layer = random_layer(spec, rng)
+        weight = torch.from_numpy(layer.dequantize()).cuda()
+        x = torch.randn(m, k, device="cuda")
+        reference = (x.double() @ weight.double()).float()
+        scale = reference.abs().max().item()
+        prepared = None
+        impls = []
+        for job in jobs:
+            if "error" in job:
+                results.append(job)
+                continue
+            try:
+                kernel = qcompile.load(job["so"])
+                if prepared is None:
+                    prepared = kernel.prepare(qweight=layer.qweight, scales=layer.scales,
+                                              qzeros=layer.qzeros)
+                    copies = [prepared.tensors] + [
+                        tuple(t.clone() for t in prepared.tensors)
+                        for _ in range(copies_for(prepared.nbytes(), l2) - 1)]
+                y = torch.full((m, n), float("nan"), device="cuda")
+                kernel.function(x, *prepared.tensors, y)
+                error = (y - reference).abs().max().item() / scale
+                timed = Timed(job["sketch"], [lambda w=w, f=kernel.function, x=x, y=y: f(x, *w, y)
+                                              for w in copies], family.bytes_read(spec))
+                timed.prepare()
+                impls.append((job, timed, error))
+            except Exception as failure:  # noqa: BLE001
+                results.append({**job, "error": f"{type(failure).__name__}: {failure}"[:300]})
+        for _ in range(rounds):
+            for _, timed, _ in impls:
+                timed.sample()
+        for job, timed, error in impls:
+            r = timed.result()
+            results.append({**job, "us": r["median_us"], "tbps": r["tbps"],
+                            "max_rel_error": error})
+        best = min((r for r in results if r.get("spec") == {"k": k, "n": n, "m": m}
+                    and "us" in r), key=lambda r: r["us"], default=None)
+        for r in results:
+            if r.get("spec") == {"k": k, "n": n, "m": m} and "us" in r:
+                mark = "*" if r is best else " "
+                print(f"{mark} {k}x{n} M={m:<2d} {r['us']:8.1f} us {r['tbps']:5.2f} TB/s "
+                      f"err {r['max_rel_error']:.0e} {r['sketch']} {r['knobs']}", flush=True)
+        del impls, prepared, weight
+        torch.cuda.empty_cache()
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", default=SHAPES)
+    parser.add_argument("--batches", default=BATCHES)
+    parser.add_argument("--variants", help="JSON file: a list of {sketch, knobs}")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--workers", type=int, default=os.cpu_count())
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+    from qcompile.cli import parse_shape
+
+    shapes = [parse_shape(s) for s in args.shapes.split(",")]
+    batches = [int(v) for v in args.batches.split(",")]
+    variants = json.loads(Path(args.variants).read_text()) if args.variants else None
+    root = Path(tempfile.mkdtemp(prefix="qcompile-sweep-"))
+    started = time.monotonic()
+    jobs = jobs_for(shapes, batches, variants, root)
+    import multiprocessing
+
+    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        built = list(pool.map(_build, jobs))
+    failed = [b for b in built if "error" in b]
+    print(f"built {len(built) - len(failed)} of {len(built)} variants in "
+          f"{time.monotonic() - started:.0f} s", flush=True)
+    for b in failed:
+        print(f"  build failed: {b['spec']} {b['sketch']} {b['knobs']}: {b['error']}")
+    try:
+        results = time_all(built, args.rounds)
+    except Exception:
+        traceback.print_exc()
+        results = built
+    if args.json:
+        Path(args.json).write_text(json.dumps({"seconds": time.monotonic() - started,
+                                               "results": results}, indent=1) + "\n")
+    print(f"sweep done in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
