@@ -78,7 +78,7 @@ def tune_curve(spec, preset, generator, trials: int, seed: int, per_iter: int) -
     mod = _tvm.normalize_mod(FAMILY.compute_for(spec, preset.kind))
     if generator == "guided":
         space = space_generator(spec, preset.kind, hw)
-        strategy = search_strategy(preset.kind)  # what qcompile tune uses
+        strategy = search_strategy(preset.kind, spec.family)  # what qcompile tune uses
     else:
         space = _tvm.ms.space_generator.PostOrderApply()
         strategy = "evolutionary"  # MetaSchedule's defaults, sized for its large space
