@@ -75,6 +75,37 @@ def _median_seconds(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+class ReadProbe:
+    """The read loop as a reusable call, for timing it interleaved with kernels: ``probe()``
+    reads the whole buffer once; ``probe.nbytes`` bytes.
+
+    Parameters
+    ----------
+    target : tvm Target
+    tasks : int
+        Parallel chunks (one per thread).
+    buffer_mib : int
+        At least 512.
+    """
+
+    def __init__(self, target, tasks: int, buffer_mib: int = 1024) -> None:
+        import torch
+
+        if buffer_mib < 512:
+            raise ValueError(f"the bandwidth buffer must be at least 512 MiB; got {buffer_mib}")
+        rows = buffer_mib * (1 << 20) // 4 // _ROW // tasks
+        self.buffer = torch.ones((tasks, rows, _ROW), dtype=torch.float32)
+        self.out = torch.empty((tasks, _ROW), dtype=torch.float32)
+        self.nbytes = self.buffer.numel() * 4
+        self._kernel = _read_kernel(tasks, rows, target)
+        self()
+        if abs(float(self.out[0, 0]) - rows) > 1e-3 * rows:  # the loop really read the buffer
+            raise RuntimeError(f"bandwidth kernel summed {float(self.out[0, 0])}, expected {rows}")
+
+    def __call__(self) -> None:
+        self._kernel(self.buffer, self.out)
+
+
 def measure(target, threads: int, buffer_mib: int = 1024, repeats: int = 9) -> Bandwidth:
     """Measure the streaming-read bandwidth with ``threads`` threads.
 

@@ -63,12 +63,18 @@ def untuned_schedule(sch, spec: KernelSpec, target_class: str, hw):
     return get_design_space(spec, target_class)(sch, spec, hw)[0]
 
 
-def _search_settings(target_class: str):
-    """(postprocs, mutator probabilities) for our spaces on ``target_class``.
+#: CPU spaces whose knobs are categorical (the uniform family's, seeded by QIGen's model); the
+#: other CPU spaces sample perfect tiles.
+_CATEGORICAL_CPU = {"uniform"}
 
-    Both sample categorical knobs (the CPU's seeded by QIGen's model); on GPUs a candidate
-    whose launch breaks the GPU's limits (threads, shared memory, registers) is dropped before
-    it is built (VerifyGPUCode).
+
+def _search_settings(target_class: str, family: str = ""):
+    """(postprocs, mutator probabilities) for ``family``'s space on ``target_class``.
+
+    GPU spaces and the uniform CPU space sample categorical knobs (MutateCategorical); the other
+    CPU spaces sample perfect tiles (MutateTileSize). On GPUs a candidate whose launch breaks the
+    GPU's limits (threads, shared memory, registers) is dropped before it is built
+    (VerifyGPUCode).
     """
     from qcompile._tvm import ms
     from schedules.knobs import MutateCategorical
@@ -76,7 +82,25 @@ def _search_settings(target_class: str):
     if target_class == "cuda":
         return ([ms.postproc.DisallowDynamicLoop(), ms.postproc.VerifyGPUCode()],
                 {MutateCategorical(): 1.0})
-    return [ms.postproc.DisallowDynamicLoop()], {MutateCategorical(): 1.0}
+    if family in _CATEGORICAL_CPU:
+        return [ms.postproc.DisallowDynamicLoop()], {MutateCategorical(): 1.0}
+    return [ms.postproc.DisallowDynamicLoop()], {ms.mutator.MutateTileSize(): 1.0}
+
+
+def search_strategy(target_class: str, family: str = ""):
+    """The evolutionary search for ``family``'s space on ``target_class``.
+
+    The uniform CPU space holds a few hundred points (t_u fixed per sketch, short knob lists
+    around the QIGen model's point), so a population of 64 covers them; MetaSchedule's default
+    of 512 spends most of a tuning run lowering candidates for the cost model on large layers.
+    Other spaces keep MetaSchedule's defaults.
+    """
+    from qcompile._tvm import ms
+
+    if target_class == "cpu" and family in _CATEGORICAL_CPU:
+        return ms.search_strategy.EvolutionarySearch(
+            population_size=64, init_min_unmeasured=16, genetic_num_iters=3)
+    return "evolutionary"
 
 
 def space_generator(spec: KernelSpec, target_class: str, hw):
@@ -88,7 +112,7 @@ def space_generator(spec: KernelSpec, target_class: str, hw):
     def schedule_fn(sch):
         return design_space(sch, spec, hw)
 
-    postprocs, mutators = _search_settings(target_class)
+    postprocs, mutators = _search_settings(target_class, spec.family)
     if spec.family in _DATA_DEPENDENT_LOOPS:
         postprocs = [p for p in postprocs if not isinstance(p, ms.postproc.DisallowDynamicLoop)]
     return ms.space_generator.ScheduleFn(

@@ -4,7 +4,9 @@ In one run:
 
 1. the machine's streaming-read bandwidth (qcompile/bandwidth.py: a >= 512 MiB float32 buffer
    read with vector loads by every thread, TVM loop and torch.sum, the larger counts), for each
-   thread count;
+   thread count, up front; and again for every shape, as one more entry of the interleaved rounds
+   below (the TVM read loop), so that the denominator of each row is measured under the same
+   machine load as its kernels (this machine is shared: its load moves within minutes);
 2. for every shape (K x N), thread count, bit width (2/3/4) and group size (128, -1): our kernel
    (the database's best record, or the QIGen model's point when the spec has none: the JSON says
    which), fp32 ``torch.mv`` on the dequantized weight and PyTorch's own int4 CPU kernel
@@ -161,9 +163,8 @@ def plot(result: dict, path: str) -> None:
     left.axhline(0.75, color="grey", linestyle="--", linewidth=0.8)
     left.set_xticks(np.arange(len(shapes)) + width * (len(configs) - 1) / 2, shapes)
     left.set_ylabel("fraction of measured read bandwidth")
-    bw = result["bandwidth"][str(max(result["threads"]))]["gbps"]
-    left.set_title(f"{result['target']}, {max(result['threads'])} threads, bandwidth "
-                   f"{bw:.1f} GB/s")
+    left.set_title(f"{result['target']}, {max(result['threads'])} threads; bandwidth measured "
+                   "in the same rounds", fontsize=10)
     left.legend(fontsize=8)
     for j, threads in enumerate(result["threads"]):
         four = [next((r for r in result["rows"] if r["shape"] == s and r["bits"] == 4 and
@@ -213,7 +214,8 @@ def main(argv=None) -> int:
     started = time.monotonic()
 
     result = {"target": args.target, "host": _host_line(hw), "shapes": shapes,
-              "threads": thread_counts, "rounds": args.rounds, "bandwidth": {}, "rows": []}
+              "threads": thread_counts, "rounds": args.rounds, "bandwidth": {},
+              "bandwidth_by_shape": {}, "rows": []}
     for threads in thread_counts:
         bandwidth.set_threads(threads)
         bw = bandwidth.measure(target, threads, args.bandwidth_mib)
@@ -221,6 +223,8 @@ def main(argv=None) -> int:
         print(f"bandwidth, {threads} thread(s): {bw.gbps:.1f} GB/s (TVM {bw.tvm_gbps:.1f}, "
               f"torch.sum {bw.torch_gbps:.1f})", flush=True)
 
+    probes = {threads: bandwidth.ReadProbe(target, threads, args.bandwidth_mib)
+              for threads in thread_counts}
     out_dir = tempfile.mkdtemp(prefix="qcompile-bench-cpu-")
     for shape in shapes:
         k, n = parse_shape(shape)
@@ -234,18 +238,20 @@ def main(argv=None) -> int:
         peers = peer_runners(k, n, seed=0)
         for threads in thread_counts:
             bandwidth.set_threads(threads)
-            runners = dict(peers)
+            runners = {"read_bandwidth": probes[threads], **peers}
             runners.update({f"ours_b{b}_g{g}": v[1] for (b, g), v in kernels.items()})
             medians = interleaved(runners, args.rounds)
             mv_us = medians["torch_mv_fp32"] * 1e6
             int4_us = medians["torch_int4_bf16"] * 1e6
-            bw = result["bandwidth"][str(threads)]["gbps"]
+            bw = probes[threads].nbytes / medians["read_bandwidth"] / 1e9
+            result["bandwidth_by_shape"].setdefault(shape, {})[str(threads)] = bw
             for (bits, group), (spec, _, error, source, layout) in kernels.items():
                 us = medians[f"ours_b{bits}_g{group}"] * 1e6
                 gbps = FAMILY.bytes_read(spec) / (us * 1e3)
                 row = {"shape": shape, "k": k, "n": n, "bits": bits, "group_size": group,
                        "threads": threads, "median_us": us, "effective_gbps": gbps,
                        "bytes_read": FAMILY.bytes_read(spec),
+                       "bandwidth_gbps": bw,
                        "fraction_of_bandwidth": gbps / bw, "torch_mv_fp32_us": mv_us,
                        "torch_int4_bf16_g128_us": int4_us, "speedup_vs_torch_mv": mv_us / us,
                        "speedup_vs_torch_int4": int4_us / us, "max_rel_error": error,
@@ -255,7 +261,7 @@ def main(argv=None) -> int:
                       f"{gbps:6.1f} GB/s {gbps / bw:5.0%} of bw   x{mv_us / us:5.2f} vs mv "
                       f"x{int4_us / us:5.2f} vs int4   err {error:.0e}  [{source}]", flush=True)
             print(f"{shape:>11s} {threads}t torch.mv fp32 {mv_us:9.1f} us, torch int4 bf16 g128 "
-                  f"{int4_us:9.1f} us", flush=True)
+                  f"{int4_us:9.1f} us, read bandwidth (same rounds) {bw:.1f} GB/s", flush=True)
         del peers, kernels
 
     result["done_when"] = done_when(result["rows"], args.target,

@@ -8,6 +8,10 @@ default
     ``PostOrderApply`` with MetaSchedule's own rules, postprocessors and mutators for the target
     (multi-level tiling, parallelize/vectorize/unroll, random compute location...).
 
+Each uses its production search settings: ours what ``qcompile tune`` uses (population 64,
+schedules.search_strategy), the default MetaSchedule's own (population 512). Builder, runner,
+cost model (XGBoost), budget and seed are the same.
+
 Each trial's measured latency is recorded in measurement order; the curve is the best so far.
 The check (issue 4): the guided space reaches within 10% of its final best at trial t_g; the
 default needs t_d trials to reach that same latency (or never does); it holds if t_g <= t_d / 3.
@@ -29,7 +33,7 @@ from qcompile import _tvm
 from qcompile.cli import parse_shape
 from qcompile.kernels import UniformSpec, get_family
 from qcompile.measure import MeasurePolicy
-from schedules import space_generator
+from schedules import search_strategy, space_generator
 
 FAMILY = get_family("uniform")
 
@@ -74,14 +78,16 @@ def tune_curve(spec, preset, generator, trials: int, seed: int, per_iter: int) -
     mod = _tvm.normalize_mod(FAMILY.compute_for(spec, preset.kind))
     if generator == "guided":
         space = space_generator(spec, preset.kind, hw)
+        strategy = search_strategy(preset.kind, spec.family)  # what qcompile tune uses
     else:
         space = _tvm.ms.space_generator.PostOrderApply()
+        strategy = "evolutionary"  # MetaSchedule's defaults, sized for its large space
     curve = Curve()
     policy = MeasurePolicy(build_workers=hw.cores)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"qcompile-se-{generator}-") as work_dir:
         context = _tvm.ms.TuneContext(
-            mod=mod, target=target, space_generator=space, search_strategy="evolutionary",
+            mod=mod, target=target, space_generator=space, search_strategy=strategy,
             task_name=f"{spec.name()}-{generator}", rand_state=seed, num_threads=hw.cores,
             logger=_tvm.ms.logging.get_logger(f"qcompile.se.{generator}"),
         ).clone()

@@ -89,5 +89,11 @@ def dequantize(spec: UniformSpec, prepared: PreparedWeights, preset, out=None):
     elif out.shape != (spec.k, spec.n) or out.dtype != torch.float32 or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous float32 [{spec.k}, {spec.n}] tensor; got "
                          f"{str(out.dtype).removeprefix('torch.')} {list(out.shape)}")
+    layout = prepared.extras.get("layout")
+    if layout is not None:
+        from qcompile.kernels.uniform.layout import describe
+
+        raise ValueError(f"dequantize reads GPTQ's layout; these weights are packed as "
+                         f"{describe(layout)}: prepare them without a layout")
     dequantizer(spec, preset)(*prepared.tensors[:3], out)
     return out
