@@ -68,8 +68,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     from tuning_db.models import STATUS_OK
 
     storage = _storage(args, check_schema=False)
-    with storage.engine.connect() as connection:
-        revision = schema.current_revision(connection)
+    revision = storage.schema_revision()
     print(f"database   {storage.display_url}")
     print(f"backend    {storage.dialect}")
     state = "current" if revision == schema.HEAD else f"needs {schema.HEAD}: " + \
@@ -177,10 +176,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
-    from tuning_db import schema
-
     storage = _storage(args, check_schema=False)
-    before, after = schema.upgrade(storage.engine, storage.display_url)
+    before, after = storage.upgrade_schema()
     if before == after:
         print(f"{storage.display_url}: schema already at revision {after}")
     else:
@@ -192,8 +189,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from tuning_db import schema
 
     storage = _storage(args, check_schema=False)
-    with storage.engine.connect() as connection:
-        revision = schema.current_revision(connection)
+    revision = storage.schema_revision()
     if revision != schema.HEAD:
         print(f"{storage.display_url}: schema revision {revision or 'empty'}, needs "
               f"{schema.HEAD}; run: {schema.upgrade_command(storage.display_url)}")

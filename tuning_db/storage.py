@@ -229,6 +229,24 @@ class Storage:
     def close(self) -> None:
         self._engine.dispose()
 
+    def schema_revision(self) -> str | None:
+        """The database's schema revision (:func:`tuning_db.schema.current_revision`)."""
+        def read():
+            with self._engine.connect() as connection:
+                return schema.current_revision(connection)
+
+        try:
+            return self._with_retries(read)
+        except SQLAlchemyError as error:
+            raise DatabaseError(self._describe(error)) from None
+
+    def upgrade_schema(self) -> tuple[str | None, str | None]:
+        """Run the migrations up to :data:`tuning_db.schema.HEAD`; returns (before, after)."""
+        try:
+            return schema.upgrade(self._engine, self.display_url)
+        except SQLAlchemyError as error:
+            raise DatabaseError(self._describe(error)) from None
+
     def _describe(self, error: Exception) -> str:
         text = str(getattr(error, "orig", None) or error).strip().splitlines()
         text = text[0] if text else type(error).__name__

@@ -32,7 +32,7 @@ def _env(tmp_path, user):
 
 def _qcompile(args, env, check=True):
     result = subprocess.run([sys.executable, "-m", "qcompile.cli", *args], env=env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=900)
+                            capture_output=True, text=True, timeout=1800)
     assert PASSWORD not in result.stdout + result.stderr, "the password was printed"
     if check:
         assert result.returncode == 0, f"qcompile {args[:2]}:\n{result.stdout}\n{result.stderr}"

@@ -134,6 +134,12 @@ def test_password_never_shown():
         Storage(storage_url).summaries()
     assert "s3cret-pw" not in str(error.value)
     assert "***" in str(error.value)
+    bare = Storage(storage_url, check_schema=False)
+    for call in (bare.schema_revision, bare.upgrade_schema, bare.count_workloads):
+        with pytest.raises(DatabaseError) as error:
+            call()
+        assert "s3cret-pw" not in str(error.value) and "***" in str(error.value)
+    assert "s3cret-pw" not in repr(bare) and "s3cret-pw" not in bare.display_url
 
 
 def test_records_of_another_tvm_series_do_not_answer(db_url):
