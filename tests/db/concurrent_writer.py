@@ -7,8 +7,8 @@ writers start together, whatever their import times), opens each database of URL
 (comma-separated; empty ones: the writers race to create the schema), and commits, through the
 MetaSchedule database view that tuning uses, real tuning records (traces of schedules from our
 design space) of two workloads: one every writer shares, and one of its own. The shared
-workload gets both records every writer commits (the same traces) and records only this writer
-has. Writes what it committed to each, to OUT_JSON.
+workload gets records every writer commits (the same traces) and records some writers share.
+Writes what it committed to each, to OUT_JSON.
 """
 
 import json
@@ -22,7 +22,7 @@ def main(urls: str, index: int, barrier: str, out_path: str) -> None:
     import targets
     from qcompile import _tvm
     from qcompile.kernels import UniformSpec, get_family
-    from schedules import untuned_schedule
+    from schedules.cpu import uniform
     from tuning_db import STATUS_BUILD_ERROR, STATUS_OK, Storage
     from tuning_db.database import SqlDatabase
 
@@ -33,19 +33,22 @@ def main(urls: str, index: int, barrier: str, out_path: str) -> None:
     own = UniformSpec(k=128, n=64 + 16 * (index + 1), bits=4, group_size=32)
     mods = {spec: _tvm.normalize_mod(get_family("uniform").compute(spec)) for spec in (shared, own)}
 
-    def schedule(spec, seed):
-        return untuned_schedule(_tvm.Schedule(mods[spec], seed=seed + 1), spec, "cpu", hw)
+    tiles = [(1, 1), (1, 2), (2, 2), (1, 4), (2, 4), (4, 4), (1, 8), (2, 8)]
+
+    def schedule(spec, choice):
+        n_blk, n_reg = tiles[choice]
+        return uniform.register_tile(_tvm.Schedule(mods[spec]), spec, hw,
+                                     {"n_blk": n_blk, "n_reg": n_reg})
 
     # Build the schedules before the start, so that the writers overlap on the database only.
     plan = []
-    for seed in range(6):  # every writer commits these (same traces): stored once
-        plan.append((shared, schedule(shared, seed), [1e-5 * (seed + 1)], STATUS_OK))
-    for seed in range(6):  # this writer's own traces of the shared workload
-        plan.append((shared, schedule(shared, 1000 * (index + 1) + seed), [2e-5 + 1e-7 * seed],
-                     STATUS_OK))
-    for seed in range(6):  # this writer's own workload
-        status = STATUS_BUILD_ERROR if seed == 5 else STATUS_OK
-        plan.append((own, schedule(own, seed), None if seed == 5 else [3e-5], status))
+    for choice in range(4):  # every writer commits these (same traces): stored once
+        plan.append((shared, schedule(shared, choice), [1e-5 * (choice + 1)], STATUS_OK))
+    for choice in (4 + index % 4, 4 + (index + 1) % 4):  # shared by some writers only
+        plan.append((shared, schedule(shared, choice), [2e-5], STATUS_OK))
+    for choice in range(6):  # this writer's own workload
+        status = STATUS_BUILD_ERROR if choice == 5 else STATUS_OK
+        plan.append((own, schedule(own, choice), None if choice == 5 else [3e-5], status))
     (Path(barrier) / f"ready.{index}").touch()
     while not (Path(barrier) / "go").exists():
         time.sleep(0.002)
