@@ -24,7 +24,7 @@ def main(urls: str, index: int, barrier: str, out_path: str) -> None:
     from qcompile.kernels import UniformSpec, get_family
     from schedules.cpu import uniform
     from tuning_db import STATUS_BUILD_ERROR, STATUS_OK, Storage
-    from tuning_db.database import SqlDatabase
+    from tuning_db.database import SqlDatabase, record_json
 
     preset = targets.get("avx2")
     hw = preset.hardware(cores=2)
@@ -63,7 +63,7 @@ def main(urls: str, index: int, barrier: str, out_path: str) -> None:
             record = _tvm.TuningRecord(sch.trace, workload, secs, target, args_info)
             new_id = database.commit_measurement(record, status, None if secs else "made to fail")
             info = database.register(mods[spec])
-            trace_json, *_ = record.as_json()
+            trace_json, *_ = record_json(record)
             committed.append({"workload": info.digest, "new": new_id is not None,
                               "trace": json.dumps(trace_json, sort_keys=True,
                                                   separators=(",", ":"))})
