@@ -26,10 +26,10 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
 import torch
+from bench_uniform import time_calls  # tools/ is sys.path[0] when a tool runs
 
 import qcompile
 import targets
@@ -41,17 +41,6 @@ from qcompile.kernels.uniform import FAMILY, UniformSpec
 from qcompile.nn import QuantLinear, kernel_cache
 from tuning_db import Storage
 from tuning_db.database import SqlDatabase
-
-WARMUP_CALLS = 3
-
-
-def time_calls(fn, calls: int) -> float:
-    for _ in range(WARMUP_CALLS):
-        fn()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - start) / calls
 
 
 def side_by_side(functions: dict, rounds: int, block_s: float = 0.05) -> dict:

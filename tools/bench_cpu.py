@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from bench_uniform import time_calls  # tools/ is sys.path[0] when a tool runs
 
 import qcompile
 import targets
@@ -48,16 +49,6 @@ SHAPES = ("4096x4096", "4096x11008", "11008x4096", "8192x28672")
 WARMUP_CALLS = 2
 BLOCK_SECONDS = 0.03
 INT4_GROUP = 128
-
-
-def time_block(fn, calls: int) -> float:
-    """Seconds per call over ``calls`` back-to-back calls after untimed warm-up."""
-    for _ in range(WARMUP_CALLS):
-        fn()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - start) / calls
 
 
 def kernel_for(spec, preset, storage, out_dir):
@@ -105,12 +96,12 @@ def peer_runners(k: int, n: int, seed: int):
 
 def interleaved(runners: dict, rounds: int) -> dict:
     """Median seconds per call of each runner, timed round-robin in ~30 ms blocks."""
-    calls = {name: max(3, int(BLOCK_SECONDS / max(time_block(fn, 2), 1e-7)))
+    calls = {name: max(3, int(BLOCK_SECONDS / max(time_calls(fn, 2, warmup=WARMUP_CALLS), 1e-7)))
              for name, fn in runners.items()}
     samples = {name: [] for name in runners}
     for _ in range(rounds):
         for name, fn in runners.items():
-            samples[name].append(time_block(fn, calls[name]))
+            samples[name].append(time_calls(fn, calls[name], warmup=WARMUP_CALLS))
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

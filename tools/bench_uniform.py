@@ -32,9 +32,10 @@ from tuning_db import Storage
 WARMUP_CALLS = 3
 
 
-def time_calls(fn, calls: int) -> float:
-    """Seconds per call of ``fn`` over ``calls`` back-to-back calls, after untimed warm-up."""
-    for _ in range(WARMUP_CALLS):
+def time_calls(fn, calls: int, warmup: int = WARMUP_CALLS) -> float:
+    """Seconds per call of ``fn`` over ``calls`` back-to-back calls, after ``warmup`` untimed
+    ones. The timing loop of every CPU benchmark in tools/."""
+    for _ in range(warmup):
         fn()
     start = time.perf_counter()
     for _ in range(calls):

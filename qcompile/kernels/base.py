@@ -161,11 +161,22 @@ class KernelFamily:
         raise NotImplementedError
 
     def run(self, spec: KernelSpec, function, x, prepared: PreparedWeights):
-        """Call the compiled ``function`` on ``x`` (torch or numpy) and return a torch tensor."""
+        """Call the compiled ``function`` on ``x`` (torch or numpy) and return a torch tensor.
+
+        Two optional ``prepared.extras`` apply around the call: ``"perm"`` (int64 [K], act_order's
+        offline reorder) gathers x's columns before it, ``"bias"`` (float32 [N]) is added after.
+        """
         import torch
 
         from qcompile import tensors as tensor_checks
 
+        permutation = prepared.extras.get("perm")
+        if permutation is not None:
+            x = tensor_checks.to_torch("x", x)
+            if x.dim() not in (1, 2) or x.shape[-1] != spec.k:
+                raise ArgumentError(f"x must have shape [{spec.k}] or [{spec.m}, {spec.k}] "
+                                    f"(M={spec.m}, K={spec.k}); got {list(x.shape)}")
+            x = x.index_select(-1, permutation)
         if prepared.spec_digest != spec.digest():
             raise ArgumentError(
                 f"weights were prepared for another spec (digest {prepared.spec_digest[:12]}); "
@@ -176,4 +187,7 @@ class KernelFamily:
                                                 device=device)
         y = torch.empty((spec.m, spec.n), dtype=x2d.dtype, device=device)
         function(x2d, *prepared.tensors, y)
+        bias = prepared.extras.get("bias")
+        if bias is not None:
+            y.add_(bias)
         return y[0] if squeeze else y

@@ -139,23 +139,6 @@ class BcqFamily(KernelFamily):
         return PreparedWeights(spec_digest=spec.digest(), tensors=operands,
                                names=("planes", "alpha", "z"), extras=extras)
 
-    def run(self, spec: BcqSpec, function, x, prepared: PreparedWeights):
-        """The base class's call, plus act_order's gather and the bias."""
-        from qcompile.tensors import to_torch
-
-        permutation = prepared.extras.get("perm")
-        if permutation is not None:
-            x = to_torch("x", x)
-            if x.dim() not in (1, 2) or x.shape[-1] != spec.k:
-                raise ArgumentError(f"x must have shape [{spec.k}] or [{spec.m}, {spec.k}] "
-                                    f"(M={spec.m}, K={spec.k}); got {list(x.shape)}")
-            x = x.index_select(-1, permutation)
-        y = super().run(spec, function, x, prepared)
-        bias = prepared.extras.get("bias")
-        if bias is not None:
-            y.add_(bias)
-        return y
-
     def bytes_read(self, spec: BcqSpec) -> int:
         planes = spec.q * spec.words * spec.n * 4
         params = spec.groups * spec.n * (spec.q * 2 + 4)  # fp16 alphas + fp32 bias

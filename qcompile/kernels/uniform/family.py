@@ -168,24 +168,6 @@ class UniformFamily(KernelFamily):
             raise FormatError(f"bias must have shape [N]=({spec.n},); got {tuple(bias.shape)}")
         return bias.detach().to(torch.float32).contiguous()
 
-    def run(self, spec: UniformSpec, function, x, prepared: PreparedWeights):
-        """The base class's call, plus act_order's separate gather and the bias."""
-        from qcompile.errors import ArgumentError
-        from qcompile.tensors import to_torch
-
-        permutation = prepared.extras.get("perm")
-        if permutation is not None:
-            x = to_torch("x", x)
-            if x.dim() not in (1, 2) or x.shape[-1] != spec.k:
-                raise ArgumentError(f"x must have shape [{spec.k}] or [{spec.m}, {spec.k}] "
-                                    f"(M={spec.m}, K={spec.k}); got {list(x.shape)}")
-            x = x.index_select(-1, permutation)
-        y = super().run(spec, function, x, prepared)
-        bias = prepared.extras.get("bias")
-        if bias is not None:
-            y.add_(bias)
-        return y
-
     def bytes_read(self, spec: UniformSpec) -> int:
         weights = spec.packed_rows * spec.n * 4
         group_params = spec.groups * spec.n * (2 + 1)  # fp16 scale + uint8 zero
