@@ -74,7 +74,10 @@ def check(engine: Engine, display_url: str, *, readonly: bool) -> str:
         connection.rollback()
     if revision == HEAD:
         return revision
-    if revision is None and not readonly:
+    if not readonly:
+        # Read again under the lock: SQLite and MySQL commit each CREATE TABLE on its own, so
+        # a process creating the schema shows its tables before its version row, and the read
+        # above may have caught that moment ("legacy"). Under the lock the creator is done.
         with schema_lock(engine) as connection:
             revision = current_revision(connection)
             if revision is None:
@@ -83,6 +86,7 @@ def check(engine: Engine, display_url: str, *, readonly: bool) -> str:
                 connection.execute(_VERSION_TABLE.insert().values(version_num=HEAD))
                 connection.commit()
                 return HEAD
+            connection.rollback()
         if revision == HEAD:
             return revision
     _refuse(revision, display_url)

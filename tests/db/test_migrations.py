@@ -118,3 +118,46 @@ def test_readonly_never_creates(tmp_path):
         Storage(url, readonly=True)
     assert Storage(url, readonly=False).revision == schema.HEAD
     assert Storage(url, readonly=True).revision == schema.HEAD
+
+
+def test_opening_while_another_process_creates_the_schema_waits(tmp_path):
+    """SQLite commits each CREATE TABLE on its own, so a creator shows its tables before its
+    version row. An opener that reads in that moment must wait for the creator's lock, not call
+    the half-made database legacy (a race CI once hit with eight writers)."""
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    creator = _bare(url)
+    tables_made = threading.Event()
+    release = threading.Event()
+    opened = {}
+
+    def create_slowly():
+        with schema.schema_lock(creator.engine) as connection:
+            Base.metadata.create_all(connection)
+            connection.commit()
+            tables_made.set()
+            release.wait(30)
+            schema._VERSION_TABLE.create(connection)
+            connection.execute(schema._VERSION_TABLE.insert().values(version_num=schema.HEAD))
+            connection.commit()
+
+    def open_storage():
+        try:
+            opened["revision"] = Storage(url).revision
+        except DatabaseError as error:
+            opened["error"] = error
+
+    creating = threading.Thread(target=create_slowly)
+    creating.start()
+    assert tables_made.wait(30)
+    with creator.engine.connect() as connection:
+        assert schema.current_revision(connection) == "legacy"  # the window is open
+    opening = threading.Thread(target=open_storage)
+    opening.start()
+    opening.join(0.5)
+    assert opening.is_alive(), "the opener did not wait for the creator's schema lock"
+    release.set()
+    creating.join(30)
+    opening.join(30)
+    assert opened == {"revision": schema.HEAD}
