@@ -14,14 +14,29 @@ from qcompile.kernels.base import KernelSpec
 from schedules.cpu import bcq as cpu_bcq
 from schedules.cpu import mixed as cpu_mixed
 from schedules.cpu import uniform as cpu_uniform
+from schedules.cpu import uniform_int8 as cpu_uniform_int8
 from schedules.cuda import bcq as cuda_bcq
 from schedules.cuda import mixed as cuda_mixed
 from schedules.cuda import uniform as cuda_uniform
 
 DesignSpace = Callable  # (Schedule, spec, hardware) -> list[Schedule]
 
+
+def _cpu_uniform_space(sch, spec, hw):
+    """The float32 QIGen space, or the int8-activation one (a different compute)."""
+    if spec.int8_activations:
+        return cpu_uniform_int8.design_space(sch, spec, hw)
+    return cpu_uniform.design_space(sch, spec, hw)
+
+
+def _cpu_uniform_heuristic(sch, spec, hw):
+    if spec.int8_activations:
+        return cpu_uniform_int8.heuristic_schedule(sch, spec, hw)
+    return cpu_uniform.heuristic_schedule(sch, spec, hw)
+
+
 _SPACES: dict[tuple[str, str], DesignSpace] = {
-    ("uniform", "cpu"): cpu_uniform.design_space,
+    ("uniform", "cpu"): _cpu_uniform_space,
     ("uniform", "cuda"): cuda_uniform.design_space,
     ("bcq", "cpu"): cpu_bcq.design_space,
     ("bcq", "cuda"): cuda_bcq.design_space,
@@ -36,7 +51,7 @@ _DATA_DEPENDENT_LOOPS = {"mixed"}
 #: A valid, reasonable schedule without tuning, where seeded sampling could pick an invalid one
 #: (GPU spaces: too many threads, too much shared memory). Others use the first sketch, seeded.
 _UNTUNED: dict[tuple[str, str], Callable] = {
-    ("uniform", "cpu"): cpu_uniform.heuristic_schedule,
+    ("uniform", "cpu"): _cpu_uniform_heuristic,
     ("uniform", "cuda"): cuda_uniform.heuristic_schedule,
     ("bcq", "cuda"): cuda_bcq.heuristic_schedule,
     ("mixed", "cuda"): cuda_mixed.heuristic_schedule,

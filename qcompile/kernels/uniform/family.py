@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from qcompile.errors import FormatError
+from qcompile.errors import FormatError, SpecError
 from qcompile.formats.gptq import GptqTensors, quantize_rtn
 from qcompile.kernels.base import KernelFamily, PreparedWeights
 from qcompile.kernels.uniform import layout as weight_layout
@@ -32,12 +32,23 @@ class UniformFamily(KernelFamily):
         group.add_argument("--act-order", type=_parse_bool, default=False, metavar="BOOL",
                            help="uniform: gather x by act_order's permutation inside the kernel "
                                 "(True/False, default False)")
+        group.add_argument("--int8-activations", action="store_true",
+                           help="uniform, CPU: quantize x to int8 per group and take integer "
+                                "dot products (AVX2 vpmaddubsw): 2/3/4-bit at the memory "
+                                "bandwidth, about 1e-2 relative error")
 
     def spec_from_cli(self, args, *, k: int, n: int) -> UniformSpec:
         return UniformSpec(k=k, n=n, bits=args.bits, group_size=args.group_size, m=args.batch,
-                           dtype=args.dtype, act_order=getattr(args, "act_order", False))
+                           dtype=args.dtype, act_order=getattr(args, "act_order", False),
+                           int8_activations=getattr(args, "int8_activations", False))
 
     def compute(self, spec: UniformSpec):
+        if spec.int8_activations:
+            from qcompile.kernels.uniform.compute_int8 import uniform_compute_int8
+            from schedules.cpu import int8_dot
+
+            int8_dot.register()  # the tensor intrinsics its schedules (and records) name
+            return uniform_compute_int8(spec)
         from qcompile.kernels.uniform.compute import uniform_compute
 
         return uniform_compute(spec)
@@ -46,6 +57,9 @@ class UniformFamily(KernelFamily):
         """compute.py's QIGen form on CPUs; compute_cuda.py's on GPUs (no int->float converts,
         no group sums: see that module for why)."""
         if target_kind == "cuda":
+            if spec.int8_activations:
+                raise SpecError("int8 activations are a CPU kernel (AVX2 vpmaddubsw); CUDA "
+                                "kernels take float activations: drop --int8-activations")
             from qcompile.kernels.uniform.compute_cuda import uniform_compute_cuda
 
             return uniform_compute_cuda(spec)
@@ -94,7 +108,8 @@ class UniformFamily(KernelFamily):
         Returns
         -------
         PreparedWeights
-            tensors: qweight int32 [K*bits/32, N] (rows in P order), scales float16 [G, N],
+            tensors: qweight int32 [K*bits/32, N] (rows in P order; for ``int8_activations``
+            specs uint8 [U, P, N, 4], compute_int8.byte_planes), scales float16 [G, N],
             zeros uint8 [G, N] (each [N/T, rows, T] in the ``n_tiled`` layout), and for
             ``act_order`` specs perm int32 [K]; extras: ``layout`` (the layout), ``perm``
             (int64 [K], the separate gather) when the rows were reordered and the spec does
@@ -112,7 +127,12 @@ class UniformFamily(KernelFamily):
                 f"scales must be float16 (GPTQ stores fp16 scales); got {layer.scales.dtype}")
         permutation, layer = reorder(layer)
         reordered = not np.array_equal(permutation, np.arange(spec.k))
-        operands = [layer.qweight.view(np.int32), layer.scales, layer.zeros().astype(np.uint8)]
+        qweight_operand = layer.qweight.view(np.int32)
+        if spec.int8_activations:
+            from qcompile.kernels.uniform.compute_int8 import byte_planes
+
+            qweight_operand = byte_planes(qweight_operand, spec.bits)
+        operands = [qweight_operand, layer.scales, layer.zeros().astype(np.uint8)]
         names = ["qweight", "scales", "zeros"]
         extras = {}
         if spec.act_order:

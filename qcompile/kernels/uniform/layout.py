@@ -44,7 +44,8 @@ def apply(sch, n: int, tile_n: int) -> None:
     Parameters
     ----------
     sch : Schedule
-        An unscheduled uniform workload (blocks ``group_dot`` and ``combine`` present).
+        An unscheduled uniform workload: the float32 compute (qweight int32 [R, N], read by
+        ``group_dot``) or the int8 one (qweight uint8 [U, P, N, 4], read by ``unpack``).
     n : int
         N, which ``tile_n`` must divide.
     tile_n : int
@@ -53,8 +54,21 @@ def apply(sch, n: int, tile_n: int) -> None:
     if tile_n <= 0 or n % tile_n:
         raise SpecError(f"layout tile {tile_n} must divide N={n}")
     for buffer, block in _OPERANDS:
+        if buffer == "qweight" and _is_int8(sch):
+            sch.transform_layout(sch.get_sblock("unpack"), buffer,
+                                 lambda u, p, c, j: (c // tile_n, u, p, c % tile_n, j))
+            continue
         sch.transform_layout(sch.get_sblock(block), buffer,
                              lambda r, c: (c // tile_n, r, c % tile_n))
+
+
+def _is_int8(sch) -> bool:
+    """Whether ``sch`` is the int8-activation compute (its codes are unpacked as bytes)."""
+    try:
+        sch.get_sblock("unpack")
+    except Exception:  # TVM raises its own ScheduleError when the block is missing
+        return False
+    return True
 
 
 def layout_of(func) -> dict | None:
@@ -62,8 +76,8 @@ def layout_of(func) -> dict | None:
     for param in func.params:  # TVM 0.27: a parameter is its buffer (name, shape)
         if param.name == "qweight":
             shape = [int(d) for d in param.shape]
-            if len(shape) == 3:
-                return n_tiled(shape[2])
+            if len(shape) in (3, 5):  # tiled float32 [N/T, R, T] or int8 [N/T, U, P, T, 4]
+                return n_tiled(shape[2] if len(shape) == 3 else shape[3])
             return None
     return None
 
@@ -74,8 +88,8 @@ def pack(tensors: dict, layout: dict | None) -> dict:
     Parameters
     ----------
     tensors : dict of str to torch.Tensor
-        ``qweight`` int32 [R, N], ``scales`` float16 [G, N], ``zeros`` uint8 [G, N] and any
-        other operands (returned unchanged).
+        ``qweight`` int32 [R, N] (or the int8 kernel's uint8 [U, P, N, 4]), ``scales``
+        float16 [G, N], ``zeros`` uint8 [G, N] and any other operands (returned unchanged).
     layout : dict or None
         :func:`n_tiled` or None (no change).
     """
@@ -87,9 +101,15 @@ def pack(tensors: dict, layout: dict | None) -> dict:
     out = dict(tensors)
     for name, _ in _OPERANDS:
         t = tensors[name]
-        rows, n = t.shape
+        n = t.shape[-2] if t.dim() == 4 else t.shape[-1]
         if n % tile:
             raise SpecError(f"layout tile {tile} must divide N={n} ({name})")
+        if t.dim() == 4:  # int8 kernel's byte planes [U, P, N, 4]
+            units, planes, _, step = t.shape
+            out[name] = (t.reshape(units, planes, n // tile, tile, step)
+                         .permute(2, 0, 1, 3, 4).contiguous())
+            continue
+        rows = t.shape[0]
         out[name] = t.reshape(rows, n // tile, tile).permute(1, 0, 2).contiguous()
     return out
 

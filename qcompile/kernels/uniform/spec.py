@@ -10,6 +10,8 @@ from qcompile.formats import bitpack
 from qcompile.kernels.base import KernelSpec
 
 ACTIVATION_DTYPES = ("float32", "float16", "bfloat16")
+#: Bit widths the int8-activation kernel takes (see UniformSpec.int8_activations).
+INT8_BITS = (2, 3, 4)
 _DTYPE_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
 
@@ -35,6 +37,12 @@ class UniformSpec(KernelSpec):
         blocks: the fused form of act_order's ``x[:, P]`` (weights reordered by ``P =
         argsort(g_idx)`` at prepare time). False for sequential weights, and for act_order
         weights whose gather runs as a separate step (what ``prepare`` does by default).
+    int8_activations : bool
+        CPU only: quantize x per row and group to int8 inside the kernel and take integer dot
+        products with the codes (AVX2 ``vpmaddubsw``; compute_int8.py). Fewer instructions per
+        code, so 2- and 3-bit weights run at the memory bandwidth, at the price of rounding x
+        to 8 bits (about 1e-2 relative error instead of 1e-6). 2-, 3- and 4-bit weights,
+        float32 activations, no fused act_order gather.
     """
 
     family: ClassVar[str] = "uniform"
@@ -47,6 +55,7 @@ class UniformSpec(KernelSpec):
     m: int = 1
     dtype: str = "float32"
     act_order: bool = False
+    int8_activations: bool = False
 
     def __post_init__(self) -> None:
         for field in ("k", "n", "m"):
@@ -78,14 +87,35 @@ class UniformSpec(KernelSpec):
         if self.dtype not in ACTIVATION_DTYPES:
             raise SpecError(
                 f"dtype={self.dtype!r} is not supported; supported: {ACTIVATION_DTYPES}")
+        if not isinstance(self.int8_activations, bool):
+            raise SpecError(
+                f"int8_activations must be True or False; got {self.int8_activations!r}")
+        if self.int8_activations:
+            self._check_int8()
+
+    def _check_int8(self) -> None:
+        if self.bits not in INT8_BITS:
+            raise SpecError(
+                f"int8 activations need {'-, '.join(map(str, INT8_BITS[:-1]))}- or "
+                f"{INT8_BITS[-1]}-bit weights; got bits={self.bits}: a pair of 8-bit codes "
+                "times int8 activations (2 * 255 * 127) overflows vpmaddubsw's int16 sums")
+        if self.dtype != "float32":
+            raise SpecError(f"int8 activations take float32 x; got dtype={self.dtype!r}")
+        if self.n % 8:
+            raise SpecError(f"int8 activations need N divisible by 8 (one 256-bit vector of "
+                            f"int32 sums covers 8 columns); got N={self.n}")
+        if self.act_order:
+            raise SpecError("int8 activations do not fuse act_order's gather: use "
+                            "act_order=False (prepare then gathers x before the kernel)")
 
     def to_dict(self) -> dict:
-        """As the base class, but ``act_order`` only when True: specs from before the field
-        existed keep their digest, so their tuned records stay valid (their TensorIR is
-        unchanged)."""
+        """As the base class, but ``act_order`` and ``int8_activations`` only when True: specs
+        from before the fields existed keep their digest, so their tuned records stay valid
+        (their TensorIR is unchanged)."""
         data = super().to_dict()
-        if not self.act_order:
-            del data["act_order"]
+        for optional in ("act_order", "int8_activations"):
+            if not data[optional]:
+                del data[optional]
         return data
 
     @property
@@ -106,5 +136,6 @@ class UniformSpec(KernelSpec):
     def name(self) -> str:
         group = "col" if self.group_size == -1 else str(self.group_size)
         gather = "_ao" if self.act_order else ""
+        int8 = "_xi8" if self.int8_activations else ""
         return (f"uniform_b{self.bits}_g{group}_k{self.k}_n{self.n}_m{self.m}"
-                f"_{_DTYPE_SHORT[self.dtype]}{gather}")
+                f"_{_DTYPE_SHORT[self.dtype]}{gather}{int8}")

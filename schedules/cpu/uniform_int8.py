@@ -1,0 +1,183 @@
+"""CPU design space of the uniform family with int8 activations (compute_int8.py, AVX2).
+
+The loop nest, per parallel task of ``n_blk`` column tiles of ``T = t_u * 8`` columns::
+
+    for g in groups:                          # combine: y tile += scale * (dot - z * xq_sum)
+      for c in chunks of the group:           # widen: dot (int32) += vpmaddwd(dot16, 1)
+        for r in steps of 4 rows (m_u unrolled):
+          for t in t_u (unrolled):            # group_dot16, tensorized:
+            unpack 32 codes (shift, AND)      #   dot16[t] += vpmaddubsw(codes, x broadcast)
+
+so ``t_u`` int16 accumulators, ``t_u`` int32 sums and the float32 output tile stay in registers,
+and one task streams one contiguous range of each operand (the ``n_tiled`` layout, tile T).
+
+Knobs and the TensorIR loops they size (N = n_par * n_blk * t_u * 8):
+
+=========  =================================================================  ===============
+knob       TensorIR loop                                                      QIGen
+=========  =================================================================  ===============
+t_u        N loop of 8-column vector tiles, unrolled; fixed per sketch (the   t_u, eq. 4
+           layout's tile is t_u * 8)
+m_u        4-row steps of ``group_dot16`` per unrolled body (categorical)     m_u, eq. 4
+n_blk      N tiles per parallel task (categorical)                            t_b / T
+n_par      N tasks, ``parallel`` over the cores                               threads
+=========  =================================================================  ===============
+
+The widths ``t_u`` come from QIGen's register model (eq. 4, as the float32 space's); the seeds
+are the best points measured on an AVX2 Zen 3 (t_u 4, m_u 8, one tile per task).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qcompile._tvm import Schedule
+from qcompile.kernels.uniform import layout as weight_layout
+from qcompile.kernels.uniform.compute_int8 import STEP, chunk_rows
+from qcompile.kernels.uniform.spec import UniformSpec
+from schedules import qigen_model as model
+from schedules.cpu import int8_dot
+from targets.hardware import CpuHardware
+
+#: Columns of one vector tile: 8 int32 lanes (a 256-bit register).
+LANES = 8
+#: t_u values the space keeps, widest first, and the most accumulator tiles.
+MAX_SKETCH_TU = 2
+MAX_T_U = 8
+#: The measured best unroll, the seed of m_u.
+SEED_M_U = 8
+SEED_WEIGHT = 0.5
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A categorical decision: its candidates and its seed."""
+
+    name: str
+    values: tuple[int, ...]
+    seed: int
+
+    def sample(self, sch: Schedule):
+        probs = model.seeded_prior(list(self.values), self.seed, SEED_WEIGHT)
+        return sch.sample_categorical(list(self.values), probs)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One sketch: t_u fixed (with the layout), m_u and n_blk knobs."""
+
+    t_u: int
+    m_u: Knob
+    n_blk: Knob
+
+    @property
+    def tile_n(self) -> int:
+        return self.t_u * LANES
+
+    def seed_tiles(self) -> dict:
+        return {"t_u": self.t_u, "m_u": self.m_u.seed, "n_blk": self.n_blk.seed}
+
+
+def plans(spec: UniformSpec, hw: CpuHardware) -> list[Plan]:
+    """The sketches for ``spec`` on ``hw``: t_u from the register model, knobs seeded."""
+    vectors = spec.n // LANES
+    widths = sorted({mk.t_u for mk in model.micro_kernels(hw.vector_registers)
+                     if 2 <= mk.t_u <= MAX_T_U and vectors % mk.t_u == 0}, reverse=True)
+    widths = widths[:MAX_SKETCH_TU] or [1]
+    steps = chunk_rows(spec) // STEP
+    m_us = tuple(d for d in model.divisors(steps) if d <= 2 * SEED_M_U)
+    m_u_seed = max(d for d in m_us if d <= SEED_M_U)
+    out = []
+    for t_u in widths:
+        tiles = spec.n // (t_u * LANES)
+        n_blks = tuple(d for d in model.divisors(tiles) if tiles // d >= hw.cores)[:6] or (1,)
+        out.append(Plan(t_u=t_u, m_u=Knob("m_u", m_us, m_u_seed),
+                        n_blk=Knob("n_blk", n_blks, n_blks[0])))
+    return out
+
+
+def _loops_under(sch: Schedule, block, loop) -> list:
+    """The loops of ``block`` nested inside ``loop``, outermost first."""
+    loops = list(sch.get_loops(block))
+    target = sch.get(loop)
+    for index, candidate in enumerate(loops):
+        if sch.get(candidate).same_as(target):
+            return loops[index + 1:]
+    raise ValueError("block is not under the loop")
+
+
+def register_tile(sch: Schedule, spec: UniformSpec, hw: CpuHardware,
+                  tiles: dict | None = None, plan: Plan | None = None) -> Schedule:
+    """The loop nest of the module docstring; ``tiles`` fixes every knob (tests, tools):
+    ``{"t_u", "m_u", "n_blk"}``."""
+    t_u = tiles["t_u"] if tiles is not None else plan.t_u
+    n_blk = tiles["n_blk"] if tiles is not None else plan.n_blk.sample(sch)
+    m_u = tiles["m_u"] if tiles is not None else plan.m_u.sample(sch)
+    chunks = spec.effective_group_size // chunk_rows(spec)
+
+    combine = sch.get_sblock("combine")
+    m, n, g = sch.get_loops(combine)
+    n_par, n_blk_loop, n_reg, n_lanes = sch.split(n, factors=[None, n_blk, t_u, LANES])
+    sch.reorder(n_par, n_blk_loop, g, m, n_reg, n_lanes)
+    acc = sch.cache_write(combine, 0, "local")
+    sch.reverse_compute_at(acc, n_blk_loop)
+
+    # widen: per group, loops [m] n [c] h under g (compute_at drops loops of extent 1).
+    widen = sch.get_sblock("widen")
+    sch.compute_at(widen, g)
+    sch.set_scope(widen, 0, "local")
+    under = _loops_under(sch, widen, g)
+    if spec.m > 1:
+        under.pop(0)
+    w_n, *rest = under
+    w_chunk = rest[0] if chunks > 1 else None
+    w_pair = rest[-1]
+    w_reg, w_lanes = sch.split(w_n, factors=[None, LANES])
+    if w_chunk is not None:
+        sch.reorder(w_chunk, w_reg, w_lanes, w_pair)
+
+    # group_dot16 per chunk: loops [m] n h r e; r split into m_u unrolled steps.
+    dot16 = sch.get_sblock("group_dot16")
+    sch.compute_at(dot16, w_chunk if w_chunk is not None else g)
+    sch.set_scope(dot16, 0, "local")
+    d_n, d_pair, d_steps, d_e = sch.get_loops(dot16)[-4:]
+    d_reg, d_lanes = sch.split(d_n, factors=[None, LANES])
+    d_outer, d_step = sch.split(d_steps, factors=[None, m_u])
+    sch.reorder(d_outer, d_step, d_reg, d_lanes, d_pair, d_e)
+
+    # 32 codes per vector tile, unpacked right before their multiply-add.
+    unpack = sch.get_sblock("unpack")
+    sch.compute_at(unpack, d_reg)
+    sch.set_scope(unpack, 0, "local")
+    sch.vectorize(sch.fuse(*sch.get_loops(unpack)[-2:]))
+
+    sch.unroll(d_step)
+    sch.unroll(d_reg)
+    sch.unroll(w_reg)
+    sch.parallel(n_par)
+    sch.unroll(n_reg)
+    sch.vectorize(n_lanes)
+    sch.decompose_reduction(dot16, d_outer)
+    sch.decompose_reduction(widen, w_chunk if w_chunk is not None else w_reg)
+    sch.decompose_reduction(combine, g)
+    sch.tensorize(d_lanes, int8_dot.DOT_U8S8_I16)
+    sch.tensorize(w_lanes, int8_dot.WIDEN_I16_I32)
+    return sch
+
+
+def with_layout(sch: Schedule, spec: UniformSpec, t_u: int) -> Schedule:
+    """``sch`` with the weights rewritten into column tiles of ``t_u * 8`` (layout.py)."""
+    weight_layout.apply(sch, spec.n, t_u * LANES)
+    return sch
+
+
+def design_space(sch: Schedule, spec: UniformSpec, hw: CpuHardware) -> list[Schedule]:
+    """One ``register_tile`` sketch per t_u, in its tiled layout, m_u and n_blk sampled."""
+    return [register_tile(with_layout(sch.copy(), spec, plan.t_u), spec, hw, plan=plan)
+            for plan in plans(spec, hw)]
+
+
+def heuristic_schedule(sch: Schedule, spec: UniformSpec, hw: CpuHardware) -> Schedule:
+    """The seeded point of the widest sketch, without tuning."""
+    plan = plans(spec, hw)[0]
+    return register_tile(with_layout(sch, spec, plan.t_u), spec, hw, tiles=plan.seed_tiles())

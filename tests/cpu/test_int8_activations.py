@@ -1,0 +1,145 @@
+"""The uniform kernel with int8 activations (compute_int8.py): byte planes, exactness against
+the activations it rounds, accuracy against float32, the spec's rules, and a tuning run."""
+
+import numpy as np
+import pytest
+import torch
+
+from qcompile import _tvm
+from qcompile.errors import SpecError
+from qcompile.formats import bitpack
+from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels.uniform import compute_int8
+from schedules.cpu import uniform_int8
+
+FAMILY = get_family("uniform")
+K, N = 256, 64
+
+
+def decode_planes(planes: np.ndarray, bits: int) -> np.ndarray:
+    """Codes [K, N] from byte planes [U, P, N, 4] by the module docstring's rules (not the
+    kernel's expression): the inverse the kernel relies on."""
+    units, _, n, _ = planes.shape
+    rows = compute_int8.unit_rows(bits)
+    codes = np.zeros((units * rows, n), dtype=np.int64)
+    for u in range(units):
+        for j in range(4):
+            if bits == 3:
+                for s in range(2):
+                    for p in range(4):
+                        low = (planes[u, s, :, j] >> (2 * p)) & 3
+                        high = (planes[u, 2, :, j] >> (4 * s + p)) & 1
+                        codes[u * 32 + s * 16 + j * 4 + p] = low | (high << 2)
+            else:
+                per = 8 // bits
+                for p in range(per):
+                    codes[u * rows + j * per + p] = (planes[u, 0, :, j] >> (bits * p)) & (
+                        (1 << bits) - 1)
+    return codes
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4])
+def test_byte_planes_hold_every_code(bits):
+    rng = np.random.default_rng(bits)
+    codes = rng.integers(0, 1 << bits, size=(K, N))
+    planes = compute_int8.byte_planes(bitpack.pack(codes, bits), bits)
+    assert planes.dtype == np.uint8
+    assert planes.shape == (K // compute_int8.unit_rows(bits), compute_int8.planes(bits), N, 4)
+    assert planes.nbytes == K * N * bits // 8  # no byte more than GPTQ's packing
+    np.testing.assert_array_equal(decode_planes(planes, bits), codes)
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4])
+def test_storage_order_is_a_permutation_within_blocks(bits):
+    rows = [int(compute_int8.storage_to_row(p, bits)) for p in range(64)]
+    block = compute_int8.order_block(bits)
+    assert sorted(rows) == list(range(64))
+    assert all(r // block == p // block for p, r in enumerate(rows))
+
+
+def test_chunks_fit_int16():
+    for bits, limit in ((2, 172), (3, 72), (4, 32)):
+        assert compute_int8.chunk_limit(bits) == limit
+        worst = limit // 4 * 2 * 127 * ((1 << bits) - 1)  # every pair at its largest
+        assert worst <= 32767
+    spec = UniformSpec(k=8192, n=64, bits=3, group_size=-1, int8_activations=True)
+    assert compute_int8.chunk_rows(spec) == 64  # largest multiple of 16 dividing K, <= 72
+
+
+def compile_spec(spec, preset, tiles):
+    hw = preset.hardware()
+    sch = _tvm.Schedule(FAMILY.compute(spec))
+    uniform_int8.with_layout(sch, spec, tiles["t_u"])
+    uniform_int8.register_tile(sch, spec, hw, tiles)
+    return _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))[spec.name()]
+
+
+@pytest.mark.parametrize("m", [1, 3])
+@pytest.mark.parametrize("group_size", [32, 128, -1])
+@pytest.mark.parametrize("bits", [2, 3, 4])
+def test_kernel_is_exact_on_the_activations_it_rounds(avx2, bits, group_size, m):
+    spec = UniformSpec(k=K, n=N, bits=bits, group_size=group_size, m=m, int8_activations=True)
+    tiles = {"t_u": 2, "m_u": 2, "n_blk": 1}
+    function = compile_spec(spec, avx2, tiles)
+    rng = np.random.default_rng(bits * 100 + m)
+    tensors = FAMILY.example_tensors(spec, rng)
+    from qcompile.kernels.uniform import layout
+
+    weights = FAMILY.prepare(spec, layout=layout.n_tiled(tiles["t_u"] * 8), **tensors)
+    x = rng.standard_normal((m, K)).astype(np.float32)
+    x[0, :5] = 0.0  # zeros and an all-zero group must not divide by zero
+    if group_size == 32:
+        x[0, 32:64] = 0.0
+    y = torch.empty((m, N), dtype=torch.float32)
+    function(torch.from_numpy(x), *weights.tensors, y)
+    weight = FAMILY.reference_weight(spec, **tensors).astype(np.float64)
+    exact = compute_int8.quantized_activations(x, group_size) @ weight
+    scale = np.abs(exact).max()
+    assert np.abs(y.numpy() - exact).max() / scale < 1e-5
+    # Against float32 activations: the rounding of x to int8, about 1e-2 of max |y|.
+    full = x.astype(np.float64) @ weight
+    assert np.abs(y.numpy() - full).max() / np.abs(full).max() < 3e-2
+
+
+def test_spec_rules_name_the_numbers():
+    with pytest.raises(SpecError, match="2-, 3- or 4-bit weights; got bits=8"):
+        UniformSpec(k=256, n=64, bits=8, int8_activations=True)
+    with pytest.raises(SpecError, match="float32 x; got dtype='float16'"):
+        UniformSpec(k=256, n=64, dtype="float16", int8_activations=True)
+    with pytest.raises(SpecError, match="act_order"):
+        UniformSpec(k=256, n=64, act_order=True, int8_activations=True)
+    with pytest.raises(SpecError, match="N divisible by 8.*got N=36"):
+        UniformSpec(k=256, n=36, int8_activations=True)
+    plain = UniformSpec(k=256, n=64)
+    assert "int8_activations" not in plain.to_dict()  # old specs keep their digest
+    int8 = UniformSpec(k=256, n=64, int8_activations=True)
+    assert int8.digest() != plain.digest() and int8.name().endswith("_xi8")
+    assert UniformSpec.from_dict(int8.to_dict()) == int8
+
+
+def test_cuda_refuses_int8_activations():
+    spec = UniformSpec(k=256, n=64, int8_activations=True)
+    with pytest.raises(SpecError, match="CPU kernel"):
+        FAMILY.compute_for(spec, "cuda")
+
+
+def test_tune_build_and_run_from_the_database(avx2, tmp_path):
+    """The design space through MetaSchedule: records replay (tensorize included) in a build."""
+    import qcompile
+    from qcompile.build import build
+    from qcompile.tune import tune
+    from tuning_db import Storage
+
+    spec = UniformSpec(k=K, n=128, bits=2, group_size=128, int8_activations=True)
+    storage = Storage(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    tune(spec, avx2, storage=storage, trials=4, progress=False, work_dir=str(tmp_path / "work"))
+    result = build(spec, avx2, tmp_path / "out", storage=storage)
+    kernel = qcompile.load(result.so_path)
+    assert kernel.layout["kind"] == "n_tiled"
+    rng = np.random.default_rng(0)
+    tensors = FAMILY.example_tensors(spec, rng)
+    weights = kernel.prepare(**tensors)
+    x = rng.standard_normal((1, K)).astype(np.float32)
+    y = kernel(torch.from_numpy(x), weights).numpy()
+    exact = compute_int8.quantized_activations(x, 128) @ FAMILY.reference_weight(spec, **tensors)
+    assert np.abs(y - exact).max() / np.abs(exact).max() < 1e-5
