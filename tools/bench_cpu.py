@@ -7,15 +7,17 @@ In one run:
    thread count, up front; and again for every shape, as one more entry of the interleaved rounds
    below (the TVM read loop), so that the denominator of each row is measured under the same
    machine load as its kernels (this machine is shared: its load moves within minutes);
-2. for every shape (K x N), thread count, bit width (2/3/4) and group size (128, -1): our kernel
+2. for every shape (K x N), thread count, bit width (2/3/4), group size (128, -1) and activation
+   kind (float32, and int8: the integer dot-product kernel, compute_int8.py): our kernel
    (the database's best record, or the QIGen model's point when the spec has none: the JSON says
    which), fp32 ``torch.mv`` on the dequantized weight and PyTorch's own int4 CPU kernel
    (``torch.ops.aten._weight_int4pack_mm_for_cpu``, bfloat16 activations, g=128) at the same
    shape, timed in interleaved rounds (every kernel once per round, in blocks of ~30 ms after
    untimed warm-up calls) so that machine noise hits all alike;
 3. medians, effective GB/s (every byte our kernel must read: codes, scales, zero-points, x),
-   the fraction of the measured bandwidth, the ratios to both peers, and the issue's "Done when"
-   checks; JSON (--json) and a PNG plot (--plot, needs matplotlib: pip install -e '.[bench]').
+   the fraction of the measured bandwidth, the ratios to both peers, the error against the float64
+   reference (int8 rows: the rounding of x to 8 bits) and the issue's "Done when" checks; JSON
+   (--json) and a PNG plot (--plot, needs matplotlib: pip install -e '.[bench]').
 
     python tools/bench_cpu.py --target avx2 --json bench_cpu.json --plot bench_cpu.png
     python tools/bench_cpu.py --shapes 4096x4096 --bits 4 --group-sizes 128 --threads 2  # quick
@@ -42,6 +44,7 @@ from qcompile.build import build, build_untuned
 from qcompile.cli import parse_shape
 from qcompile.errors import NoRecordError
 from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels.uniform.spec import INT8_BITS
 from tuning_db import Storage
 
 FAMILY = get_family("uniform")
@@ -49,6 +52,7 @@ SHAPES = ("4096x4096", "4096x11008", "11008x4096", "8192x28672")
 WARMUP_CALLS = 2
 BLOCK_SECONDS = 0.03
 INT4_GROUP = 128
+ACTIVATIONS = ("float32", "int8")
 
 
 def kernel_for(spec, preset, storage, out_dir):
@@ -107,9 +111,10 @@ def interleaved(runners: dict, rounds: int) -> dict:
 
 def done_when(rows: list[dict], preset_name: str, host_lacks: str | None) -> list[dict]:
     """The issue's acceptance checks on these measurements (2 threads)."""
-    def find(shape, bits, group):
+    def find(shape, bits, group, activations="float32"):
         return next((r for r in rows if r["shape"] == shape and r["bits"] == bits
-                     and r["group_size"] == group and r["threads"] == 2), None)
+                     and r["group_size"] == group and r["threads"] == 2
+                     and r["activations"] == activations), None)
 
     checks = []
     for shape in SHAPES:
@@ -125,11 +130,14 @@ def done_when(rows: list[dict], preset_name: str, host_lacks: str | None) -> lis
                        "note": f"not measurable here: {host_lacks}" if host_lacks else
                        "run with --target avx512"})
     for bits in (3, 2):
-        row = find("8192x28672", bits, 128)
-        if row:
-            checks.append({"check": f"{bits}-bit g128 8192x28672: >= 75% of bandwidth",
-                           "value": row["fraction_of_bandwidth"],
-                           "holds": row["fraction_of_bandwidth"] >= 0.75})
+        for activations in ACTIVATIONS:
+            row = find("8192x28672", bits, 128, activations)
+            if row:
+                checks.append({"check": f"{bits}-bit g128 8192x28672, {activations} activations:"
+                               " >= 75% of bandwidth",
+                               "value": row["fraction_of_bandwidth"],
+                               "holds": row["fraction_of_bandwidth"] >= 0.75,
+                               "note": f"(max relative error {row['max_rel_error']:.1e})"})
     return checks
 
 
@@ -142,14 +150,16 @@ def plot(result: dict, path: str) -> None:
     rows = [r for r in result["rows"] if r["threads"] == max(result["threads"])]
     shapes = [s for s in result["shapes"] if any(r["shape"] == s for r in rows)]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
-    configs = sorted({(r["bits"], r["group_size"]) for r in rows}, key=lambda c: (c[1] < 0, c[0]))
+    configs = sorted({(r["bits"], r["group_size"], r["activations"]) for r in rows},
+                     key=lambda c: (c[1] < 0, c[2], c[0]))
     width = 0.8 / max(1, len(configs))
-    for i, (bits, group) in enumerate(configs):
+    for i, (bits, group, activations) in enumerate(configs):
         values = [next((r["fraction_of_bandwidth"] for r in rows if r["shape"] == s and
-                        r["bits"] == bits and r["group_size"] == group), 0) for s in shapes]
-        label = f"{bits}-bit g{'col' if group == -1 else group}"
+                        r["bits"] == bits and r["group_size"] == group and
+                        r["activations"] == activations), 0) for s in shapes]
+        label = f"{bits}-bit g{'col' if group == -1 else group} x {activations}"
         left.bar(np.arange(len(shapes)) + i * width, values, width, label=label,
-                 hatch="//" if group == -1 else None)
+                 hatch=("//" if group == -1 else "") + (".." if activations == "int8" else ""))
     left.axhline(1.0, color="black", linewidth=0.8)
     left.axhline(0.75, color="grey", linestyle="--", linewidth=0.8)
     left.set_xticks(np.arange(len(shapes)) + width * (len(configs) - 1) / 2, shapes)
@@ -159,6 +169,7 @@ def plot(result: dict, path: str) -> None:
     left.legend(fontsize=8)
     for j, threads in enumerate(result["threads"]):
         four = [next((r for r in result["rows"] if r["shape"] == s and r["bits"] == 4 and
+                      r["activations"] == "float32" and
                       r["group_size"] == 128 and r["threads"] == threads), None) for s in shapes]
         right.bar(np.arange(len(shapes)) + j * 0.2, [r["speedup_vs_torch_int4"] if r else 0
                                                      for r in four], 0.2,
@@ -182,6 +193,8 @@ def main(argv=None) -> int:
     parser.add_argument("--bits", default="2,3,4")
     parser.add_argument("--group-sizes", default="128,-1")
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--activations", default=",".join(ACTIVATIONS),
+                        help="float32 and/or int8 (the integer dot-product kernel)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
     parser.add_argument("--bandwidth-mib", type=int, default=1024)
     parser.add_argument("--db", help="tuning database URL (default: $QCOMPILE_DB or the cache)")
@@ -200,6 +213,10 @@ def main(argv=None) -> int:
     bit_widths = [int(b) for b in args.bits.split(",")]
     groups = [int(g) for g in args.group_sizes.split(",")]
     thread_counts = [int(t) for t in args.threads.split(",")]
+    activation_kinds = [a.strip() for a in args.activations.split(",")]
+    unknown = sorted(set(activation_kinds) - set(ACTIVATIONS))
+    if unknown:
+        parser.error(f"--activations: unknown {unknown}; known: {', '.join(ACTIVATIONS)}")
     storage = Storage(args.db)
     avx512_ok, avx512_reason = targets.get("avx512").host_support()
     started = time.monotonic()
@@ -222,25 +239,31 @@ def main(argv=None) -> int:
         kernels = {}
         for bits in bit_widths:
             for group in groups:
-                spec = UniformSpec(k=k, n=n, bits=bits, group_size=group)
-                kernel, source = kernel_for(spec, preset, storage, out_dir)
-                runner, error = our_runner(kernel, spec, seed=bits)
-                kernels[(bits, group)] = (spec, runner, error, source, kernel.layout)
+                for activations in activation_kinds:
+                    if activations == "int8" and bits not in INT8_BITS:
+                        continue
+                    spec = UniformSpec(k=k, n=n, bits=bits, group_size=group,
+                                       int8_activations=activations == "int8")
+                    kernel, source = kernel_for(spec, preset, storage, out_dir)
+                    runner, error = our_runner(kernel, spec, seed=bits)
+                    kernels[(bits, group, activations)] = (spec, runner, error, source,
+                                                           kernel.layout)
         peers = peer_runners(k, n, seed=0)
         for threads in thread_counts:
             bandwidth.set_threads(threads)
             runners = {"read_bandwidth": probes[threads], **peers}
-            runners.update({f"ours_b{b}_g{g}": v[1] for (b, g), v in kernels.items()})
+            runners.update({f"ours_b{b}_g{g}_{a}": v[1] for (b, g, a), v in kernels.items()})
             medians = interleaved(runners, args.rounds)
             mv_us = medians["torch_mv_fp32"] * 1e6
             int4_us = medians["torch_int4_bf16"] * 1e6
             bw = probes[threads].nbytes / medians["read_bandwidth"] / 1e9
             result["bandwidth_by_shape"].setdefault(shape, {})[str(threads)] = bw
-            for (bits, group), (spec, _, error, source, layout) in kernels.items():
-                us = medians[f"ours_b{bits}_g{group}"] * 1e6
+            for (bits, group, activations), (spec, _, error, source, layout) in kernels.items():
+                us = medians[f"ours_b{bits}_g{group}_{activations}"] * 1e6
                 gbps = FAMILY.bytes_read(spec) / (us * 1e3)
                 row = {"shape": shape, "k": k, "n": n, "bits": bits, "group_size": group,
-                       "threads": threads, "median_us": us, "effective_gbps": gbps,
+                       "activations": activations, "threads": threads, "median_us": us,
+                       "effective_gbps": gbps,
                        "bytes_read": FAMILY.bytes_read(spec),
                        "bandwidth_gbps": bw,
                        "fraction_of_bandwidth": gbps / bw, "torch_mv_fp32_us": mv_us,
@@ -248,7 +271,8 @@ def main(argv=None) -> int:
                        "speedup_vs_torch_int4": int4_us / us, "max_rel_error": error,
                        "kernel": spec.name(), "source": source, "layout": layout}
                 result["rows"].append(row)
-                print(f"{shape:>11s} {threads}t {bits}b g{group:<4d} {us:9.1f} us "
+                print(f"{shape:>11s} {threads}t {bits}b g{group:<4d} {activations[:4]:4s} "
+                      f"{us:9.1f} us "
                       f"{gbps:6.1f} GB/s {gbps / bw:5.0%} of bw   x{mv_us / us:5.2f} vs mv "
                       f"x{int4_us / us:5.2f} vs int4   err {error:.0e}  [{source}]", flush=True)
             print(f"{shape:>11s} {threads}t torch.mv fp32 {mv_us:9.1f} us, torch int4 bf16 g128 "

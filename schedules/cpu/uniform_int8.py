@@ -18,13 +18,14 @@ knob       TensorIR loop                                                      QI
 =========  =================================================================  ===============
 t_u        N loop of 8-column vector tiles, unrolled; fixed per sketch (the   t_u, eq. 4
            layout's tile is t_u * 8)
-m_u        4-row steps of ``group_dot16`` per unrolled body (categorical)     m_u, eq. 4
+m_u        4-row steps of ``group_dot16`` per unrolled body, a multiple of    m_u, eq. 4
+           the field period (categorical)
 n_blk      N tiles per parallel task (categorical)                            t_b / T
 n_par      N tasks, ``parallel`` over the cores                               threads
 =========  =================================================================  ===============
 
 The widths ``t_u`` come from QIGen's register model (eq. 4, as the float32 space's); the seeds
-are the best points measured on an AVX2 Zen 3 (t_u 4, m_u 8, one tile per task).
+of m_u and n_blk are the best points measured on an AVX2 Zen 3 (m_u 8, 4 tiles per task).
 """
 
 from __future__ import annotations
@@ -41,11 +42,17 @@ from targets.hardware import CpuHardware
 
 #: Columns of one vector tile: 8 int32 lanes (a 256-bit register).
 LANES = 8
-#: t_u values the space keeps, widest first, and the most accumulator tiles.
+#: t_u values the space keeps, widest first, and the most accumulator tiles: t_u int16
+#: accumulators, t_u unpacked code vectors, the x broadcast and two masks fill AVX2's 16
+#: registers at t_u = 4 (t_u = 7 spills: 24% slower on 8192x28672 3-bit).
 MAX_SKETCH_TU = 2
-MAX_T_U = 8
-#: The measured best unroll, the seed of m_u.
+MAX_T_U = 4
+#: The measured best unroll and tiles per task, the seeds of m_u and n_blk (fewer, larger tasks
+#: pay the per-task set-up less often; 4 tiles was 7% faster than 1 on 8192x28672 3-bit).
 SEED_M_U = 8
+SEED_N_BLK = 4
+#: Tasks per core the n_blk seed keeps at least, so that both cores stay busy to the end.
+MIN_TASKS_PER_CORE = 8
 SEED_WEIGHT = 0.5
 
 
@@ -78,6 +85,12 @@ class Plan:
         return {"t_u": self.t_u, "m_u": self.m_u.seed, "n_blk": self.n_blk.seed}
 
 
+def field_period(bits: int) -> int:
+    """4-row steps after which the unpacking's shift counts repeat: the fields of a byte (2
+    at 4 bits, 4 at 2 bits), 8 at 3 bits (the high-bit plane holds 8 steps per byte)."""
+    return {2: 4, 3: 8, 4: 2}[bits]
+
+
 def plans(spec: UniformSpec, hw: CpuHardware) -> list[Plan]:
     """The sketches for ``spec`` on ``hw``: t_u from the register model, knobs seeded."""
     vectors = spec.n // LANES
@@ -85,14 +98,18 @@ def plans(spec: UniformSpec, hw: CpuHardware) -> list[Plan]:
                      if 2 <= mk.t_u <= MAX_T_U and vectors % mk.t_u == 0}, reverse=True)
     widths = widths[:MAX_SKETCH_TU] or [1]
     steps = chunk_rows(spec) // STEP
-    m_us = tuple(d for d in model.divisors(steps) if d <= 2 * SEED_M_U)
+    # An unrolled body of a whole number of field periods has constant shift counts.
+    period = field_period(spec.bits)
+    m_us = tuple(d for d in model.divisors(steps) if d % period == 0 and d <= 2 * SEED_M_U)
     m_u_seed = max(d for d in m_us if d <= SEED_M_U)
     out = []
     for t_u in widths:
         tiles = spec.n // (t_u * LANES)
         n_blks = tuple(d for d in model.divisors(tiles) if tiles // d >= hw.cores)[:6] or (1,)
+        seeds = [d for d in n_blks
+                 if d <= SEED_N_BLK and tiles // d >= MIN_TASKS_PER_CORE * hw.cores]
         out.append(Plan(t_u=t_u, m_u=Knob("m_u", m_us, m_u_seed),
-                        n_blk=Knob("n_blk", n_blks, n_blks[0])))
+                        n_blk=Knob("n_blk", n_blks, max(seeds, default=n_blks[0]))))
     return out
 
 

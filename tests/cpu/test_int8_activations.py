@@ -63,7 +63,9 @@ def test_chunks_fit_int16():
         worst = limit // 4 * 2 * 127 * ((1 << bits) - 1)  # every pair at its largest
         assert worst <= 32767
     spec = UniformSpec(k=8192, n=64, bits=3, group_size=-1, int8_activations=True)
-    assert compute_int8.chunk_rows(spec) == 64  # largest multiple of 16 dividing K, <= 72
+    assert compute_int8.chunk_rows(spec) == 64  # largest multiple of 32 dividing K, <= 72
+    spec = UniformSpec(k=768, n=64, bits=3, group_size=96, int8_activations=True)
+    assert compute_int8.chunk_rows(spec) == 32  # 48 fits but is not a whole 3-bit unit
 
 
 def compile_spec(spec, preset, tiles):

@@ -79,9 +79,9 @@ def chunk_limit(bits: int) -> int:
 
 
 def chunk_rows(spec: UniformSpec) -> int:
-    """Rows of K per 16-bit chunk: the largest divisor of the group size that is a multiple of
-    the storage-order block and fits :func:`chunk_limit`."""
-    gsize, block = spec.effective_group_size, order_block(spec.bits)
+    """Rows of K per 16-bit chunk: the largest divisor of the group size that is a whole number
+    of K units (so the unpacking's shift counts repeat within it) and fits :func:`chunk_limit`."""
+    gsize, block = spec.effective_group_size, unit_rows(spec.bits)
     fits = [d for d in range(block, min(gsize, chunk_limit(spec.bits)) + 1, block)
             if gsize % d == 0]
     return max(fits)
