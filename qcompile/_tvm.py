@@ -24,7 +24,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 from tvm.ir.utils import derived_object
-from tvm.s_tir import Schedule
+from tvm.s_tir import Schedule, TensorIntrin
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
@@ -35,6 +35,7 @@ __all__ = [
     "T",
     "Schedule",
     "Target",
+    "TensorIntrin",
     "TuningRecord",
     "Workload",
     "derived_object",

@@ -131,7 +131,8 @@ def tune_checkpoint(args: argparse.Namespace) -> int:
     from qcompile.tune import tune
 
     layers = load(args.from_gptq)
-    specs = distinct_specs(layers, m=args.batch, dtype=args.dtype)
+    specs = distinct_specs(layers, m=args.batch, dtype=args.dtype,
+                           int8_activations=getattr(args, "int8_activations", False))
     preset = targets.get(args.target)
     db_layers = _layers(args)
     print(f"{args.from_gptq}: {len(layers)} GPTQ layers, {len(specs)} distinct kernel specs "

@@ -184,13 +184,18 @@ class GptqLayer:
         kernel reads reordered rows and gathers x."""
         return not is_trivial(self.tensors.g_idx, self.tensors.group_size)
 
-    def spec(self, m: int = 1, dtype: str = "float32", act_order: bool = False):
+    def spec(self, m: int = 1, dtype: str = "float32", act_order: bool = False,
+             int8_activations: bool = False):
         """The :class:`~qcompile.kernels.uniform.UniformSpec` that runs this layer on ``m``
-        activation rows of ``dtype`` (``act_order=True``: the gather fused in the kernel)."""
+        activation rows of ``dtype`` (``act_order=True``: the gather fused in the kernel;
+        ``int8_activations=True``: the integer dot-product kernel, which takes float32 x)."""
         from qcompile.kernels.uniform import UniformSpec
 
+        if int8_activations:
+            dtype = "float32"
         return UniformSpec(k=self.in_features, n=self.out_features, bits=self.bits,
-                           group_size=self.group_size, m=m, dtype=dtype, act_order=act_order)
+                           group_size=self.group_size, m=m, dtype=dtype, act_order=act_order,
+                           int8_activations=int8_activations)
 
     def kernel_tensors(self) -> dict[str, Any]:
         """Keyword arguments of the uniform family's ``prepare`` for this layer."""
@@ -210,14 +215,18 @@ class GptqLayer:
         return y + self.bias if self.bias is not None else y
 
 
-def distinct_specs(layers: dict[str, GptqLayer], m: int = 1,
-                   dtype: str = "float32") -> list[tuple[Any, list[str]]]:
+def distinct_specs(layers: dict[str, GptqLayer], m: int = 1, dtype: str = "float32",
+                   int8_activations: bool = False) -> list[tuple[Any, list[str]]]:
     """The kernel specs a checkpoint needs for ``m`` rows of ``dtype``, each once, with the
     layers that share it (act_order layers share the kernel of their shape: the gather is a
-    separate step), in the order of their first layer."""
+    separate step), in the order of their first layer. ``int8_activations``: the integer
+    dot-product kernels (float32 x; 8-bit layers keep the float kernel)."""
+    from qcompile.kernels.uniform.spec import INT8_BITS
+
     specs: dict[Any, list[str]] = {}
     for name, layer in layers.items():
-        specs.setdefault(layer.spec(m=m, dtype=dtype), []).append(name)
+        int8 = int8_activations and layer.bits in INT8_BITS
+        specs.setdefault(layer.spec(m=m, dtype=dtype, int8_activations=int8), []).append(name)
     return list(specs.items())
 
 

@@ -31,6 +31,7 @@ from qcompile.errors import ArgumentError, FormatError, NoRecordError
 from qcompile.gptq import GptqLayer, QuantizeConfig, layers_from_state_dict
 from qcompile.kernel_cache import KernelCache
 from qcompile.kernels.uniform import FAMILY, UniformSpec
+from qcompile.kernels.uniform.spec import INT8_BITS
 
 #: Largest activation row count with kernels of its own (the issue's small-batch range).
 MAX_KERNEL_ROWS = 16
@@ -70,10 +71,13 @@ class QuantLinear(torch.nn.Module):
         Where tuned kernels come from (target, database, ``on_missing``).
     prefill_rows : int
         Rows from which a call takes the dense prefill path.
+    int8_activations : bool
+        Run the integer dot-product kernels (x rounded to int8 per group: about 1e-2 relative
+        error; 2/3/4-bit layers). float16/bfloat16 x is converted to float32 for them.
     """
 
     def __init__(self, layer: GptqLayer, kernels: KernelCache, *,
-                 prefill_rows: int = PREFILL_ROWS) -> None:
+                 prefill_rows: int = PREFILL_ROWS, int8_activations: bool = False) -> None:
         super().__init__()
         self.layer_name = layer.name
         self.in_features = layer.in_features
@@ -83,6 +87,9 @@ class QuantLinear(torch.nn.Module):
         self.act_order = layer.act_order
         self.kernels = kernels
         self.prefill_rows = prefill_rows
+        self.int8_activations = int8_activations
+        if int8_activations:
+            layer.spec(m=1, int8_activations=True)  # its rules (bits, N), with their numbers
         self._checkpoint = layer.checkpoint
         base = layer.spec(m=1)
         self._prepared = FAMILY.prepare(base, device="cpu", **layer.kernel_tensors())
@@ -93,7 +100,8 @@ class QuantLinear(torch.nn.Module):
     @classmethod
     def from_gptq(cls, layer: GptqLayer, target: str = "avx2", db: str | None = None, *,
                   on_missing: str = "error", tune_trials: int = 64,
-                  prefill_rows: int = PREFILL_ROWS) -> QuantLinear:
+                  prefill_rows: int = PREFILL_ROWS,
+                  int8_activations: bool = False) -> QuantLinear:
         """A QuantLinear for ``layer`` on ``target`` with kernels from database ``db``.
 
         ``on_missing`` says what a shape without a tuned record does: "error" (default; the
@@ -101,7 +109,7 @@ class QuantLinear(torch.nn.Module):
         warning) or "tune" (tune ``tune_trials`` candidates on first use).
         """
         kernels = kernel_cache(target, db, on_missing, tune_trials)
-        return cls(layer, kernels, prefill_rows=prefill_rows)
+        return cls(layer, kernels, prefill_rows=prefill_rows, int8_activations=int8_activations)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -109,6 +117,9 @@ class QuantLinear(torch.nn.Module):
                 f"bias={'bias' in self._prepared.extras}, target={self.kernels.preset.name}")
 
     def spec(self, m: int, dtype: str = "float32") -> UniformSpec:
+        if self.int8_activations:
+            return UniformSpec(k=self.in_features, n=self.out_features, bits=self.bits,
+                               group_size=self.group_size, m=m, int8_activations=True)
         return UniformSpec(k=self.in_features, n=self.out_features, bits=self.bits,
                            group_size=self.group_size, m=m, dtype=dtype)
 
@@ -141,6 +152,8 @@ class QuantLinear(torch.nn.Module):
         return y.reshape(*leading, self.out_features)
 
     def _kernel_rows(self, rows: torch.Tensor, dtype: str) -> torch.Tensor:
+        if self.int8_activations and dtype != "float32":  # the int8 kernel takes float32 x
+            return self._kernel_rows(rows.to(torch.float32), "float32").to(rows.dtype)
         count = rows.shape[0]
         m, kernel, prepared = self._runner(count, dtype)
         if m > count:
@@ -182,6 +195,8 @@ class QuantLinear(torch.nn.Module):
         if self._checkpoint is None:
             return ""
         dtype_flag = "" if dtype == "float32" else f" --dtype {dtype}"
+        if self.int8_activations:
+            dtype_flag = " --int8-activations"
         return (f"; or for every layer of the checkpoint: qcompile tune --from-gptq "
                 f"{self._checkpoint} --target {self.kernels.preset.name} --batch {m}{dtype_flag}")
 
@@ -213,7 +228,7 @@ class QuantLinear(torch.nn.Module):
 
 def replace_linear(model: torch.nn.Module, layers, *, config: QuantizeConfig | dict | None = None,
                    target: str = "avx2", db: str | None = None, on_missing: str = "error",
-                   tune_trials: int = 64) -> list[str]:
+                   tune_trials: int = 64, int8_activations: bool = False) -> list[str]:
     """Replace the ``nn.Linear`` modules of ``model`` named in ``layers`` by QuantLinear.
 
     Parameters
@@ -224,6 +239,9 @@ def replace_linear(model: torch.nn.Module, layers, *, config: QuantizeConfig | d
         ``config`` gives the quantization settings, a QuantizeConfig or its JSON dict).
     target, db, on_missing, tune_trials
         As :meth:`QuantLinear.from_gptq`.
+    int8_activations : bool
+        Integer dot-product kernels for the 2/3/4-bit layers (8-bit layers keep float32
+        activations); see :class:`QuantLinear`.
 
     Returns
     -------
@@ -253,7 +271,8 @@ def replace_linear(model: torch.nn.Module, layers, *, config: QuantizeConfig | d
                 f"{layer.in_features}x{layer.out_features}")
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, QuantLinear(layer, kernels))
+        int8 = int8_activations and layer.bits in INT8_BITS
+        setattr(parent, child, QuantLinear(layer, kernels, int8_activations=int8))
         replaced.append(name)
     return replaced
 

@@ -19,7 +19,7 @@ Both also run on AVX-512 CPUs (AVX2 is a subset); the ``llvm`` target must enabl
 
 from __future__ import annotations
 
-from qcompile._tvm import T
+from qcompile._tvm import T, TensorIntrin
 
 DOT_U8S8_I16 = "qcompile_avx2_dot_8x4_u8s8_i16"
 WIDEN_I16_I32 = "qcompile_avx2_widen_8x2_i16_i32"
@@ -77,8 +77,6 @@ def _widen_impl(D: T.Buffer((8, 2), "int16", offset_factor=1, scope="local"),
 
 def register() -> None:
     """Register both intrinsics with TVM (once per process)."""
-    from tvm.s_tir import TensorIntrin
-
     for name, desc, impl in ((DOT_U8S8_I16, _dot_desc, _dot_impl),
                              (WIDEN_I16_I32, _widen_desc, _widen_impl)):
         if TensorIntrin.get(name, allow_missing=True) is None:

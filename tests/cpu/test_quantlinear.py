@@ -158,3 +158,29 @@ def test_tune_from_gptq_then_quantlinear_uses_the_record(avx2, tmp_path, monkeyp
     kernel = module.kernels.get(layer.spec(m=1))
     assert kernel.manifest.data["record"]["id"] is not None  # a tuned record, not untuned
     assert list((tmp_path / "cache" / "qcompile" / "kernels" / "avx2").iterdir())
+
+
+@pytest.mark.parametrize("name", [n for n in FIXTURES if "_b8_" not in n][::2])
+def test_int8_activations_through_quantlinear(avx2, shared_cache, name):
+    """QuantLinear on the integer dot-product kernels: exact on the activations the kernel
+    rounds (x quantized per group after act_order's gather), within 3e-2 of float32 x."""
+    from qcompile.kernels.uniform.compute_int8 import quantized_activations
+
+    layer = qcompile.gptq.load(DATA / name)[DOWN]
+    module = QuantLinear.from_gptq(layer, db="sqlite://", on_missing="untuned",
+                                   int8_activations=True)
+    generator = torch.Generator().manual_seed(2)
+    for rows in (1, 5):
+        x = torch.randn(rows, layer.in_features, generator=generator)
+        y = module(x)
+        perm = module._prepared.extras.get("perm")
+        order = perm.numpy() if perm is not None else np.arange(layer.in_features)
+        x_hat = np.empty(x.shape)
+        x_hat[:, order] = quantized_activations(x.numpy()[:, order], layer.group_size)
+        assert relative_error(y, layer.reference(torch.from_numpy(x_hat))) < 1e-5
+        assert relative_error(y, layer.reference(x)) < 3e-2
+    half = module(x.to(torch.bfloat16))
+    assert half.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="bits=8"):
+        eight = qcompile.gptq.load(DATA / "autogptq_b8_gcol_asym")[DOWN]
+        QuantLinear.from_gptq(eight, db="sqlite://", on_missing="untuned", int8_activations=True)

@@ -157,19 +157,29 @@ class UniformFamily(KernelFamily):
 
     def relayout(self, spec: UniformSpec, prepared: PreparedWeights,
                  layout: dict | None) -> PreparedWeights:
-        """``prepared`` (GPTQ layout) packed into ``layout``: new tensors, same extras."""
+        """``prepared`` (GPTQ layout) packed into ``layout``: new tensors, same extras. For an
+        ``int8_activations`` spec the codes are first split into its byte planes."""
         from dataclasses import replace
 
+        import torch
+
         current = prepared.extras.get("layout")
-        if current == layout:
+        by_name = dict(zip(prepared.names, prepared.tensors, strict=True))
+        planes_needed = spec.int8_activations and by_name["qweight"].dim() == 2
+        if current == layout and not planes_needed:
             return prepared
         if current is not None:
             raise FormatError(f"weights already packed as {weight_layout.describe(current)}; "
                               "relayout starts from GPTQ's layout")
         from qcompile.tensors import kernel_ready
 
-        by_name = weight_layout.pack(dict(zip(prepared.names, prepared.tensors, strict=True)),
-                                     layout)
+        if planes_needed:
+            from qcompile.kernels.uniform.compute_int8 import byte_planes
+
+            codes = by_name["qweight"].cpu().numpy()
+            by_name["qweight"] = torch.from_numpy(byte_planes(codes, spec.bits)).to(
+                by_name["qweight"].device)
+        by_name = weight_layout.pack(by_name, layout)
         return replace(prepared, tensors=tuple(kernel_ready(by_name[n]) for n in prepared.names),
                        extras={**prepared.extras, "layout": layout})
 
