@@ -38,6 +38,7 @@ from qcompile.kernels.uniform.compute_int8 import STEP, chunk_rows
 from qcompile.kernels.uniform.spec import UniformSpec
 from schedules import qigen_model as model
 from schedules.cpu import int8_dot
+from schedules.cpu.uniform import Knob
 from targets.hardware import CpuHardware
 
 #: Columns of one vector tile: 8 int32 lanes (a 256-bit register).
@@ -53,20 +54,6 @@ SEED_M_U = 8
 SEED_N_BLK = 4
 #: Tasks per core the n_blk seed keeps at least, so that both cores stay busy to the end.
 MIN_TASKS_PER_CORE = 8
-SEED_WEIGHT = 0.5
-
-
-@dataclass(frozen=True)
-class Knob:
-    """A categorical decision: its candidates and its seed."""
-
-    name: str
-    values: tuple[int, ...]
-    seed: int
-
-    def sample(self, sch: Schedule):
-        probs = model.seeded_prior(list(self.values), self.seed, SEED_WEIGHT)
-        return sch.sample_categorical(list(self.values), probs)
 
 
 @dataclass(frozen=True)
