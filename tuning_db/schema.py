@@ -6,7 +6,8 @@ A database holds its Alembic revision in ``alembic_version``. Opening one:
   database is opened read-only);
 - at :data:`HEAD`: used as it is;
 - older, or made before migrations existed (tables, no ``alembic_version``): refused with the
-  command that upgrades it, ``qcompile db upgrade --db URL``;
+  command that upgrades it, ``qcompile db upgrade --db URL`` (the embedded default cache file,
+  which only its user reads, is upgraded in place instead);
 - newer than this qcompile knows: refused, naming the revision (upgrade qcompile).
 
 Creating and upgrading hold a schema lock (PostgreSQL advisory lock, MySQL ``GET_LOCK``, a lock
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,8 +62,13 @@ def upgrade_command(display_url: str) -> str:
     return f"qcompile db upgrade --db '{display_url}'"
 
 
-def check(engine: Engine, display_url: str, *, readonly: bool) -> str:
+def check(engine: Engine, display_url: str, *, readonly: bool,
+          auto_upgrade: bool = False) -> str:
     """Make sure the database is at :data:`HEAD` (creating an empty one); returns its revision.
+
+    ``auto_upgrade`` migrates an older (or pre-migration) database in place instead of refusing
+    it: for the user's own embedded cache file, which nobody else shares, and which an upgrade
+    of qcompile should not leave unusable.
 
     Raises
     ------
@@ -89,6 +96,11 @@ def check(engine: Engine, display_url: str, *, readonly: bool) -> str:
             connection.rollback()
         if revision == HEAD:
             return revision
+        if auto_upgrade and (revision == "legacy" or revision in REVISIONS):
+            before, after = upgrade(engine, display_url)
+            print(f"qcompile: upgraded the tuning database {display_url} from schema "
+                  f"revision {before} to {after}", file=sys.stderr)
+            return after
     _refuse(revision, display_url)
     return revision  # unreachable: _refuse raises
 

@@ -48,7 +48,7 @@ from sqlalchemy.pool import StaticPool
 from qcompile.errors import DatabaseError
 from tuning_db import schema
 from tuning_db.models import STATUS_OK, STATUSES, RecordRow, WorkloadRow
-from tuning_db.url import redact, resolve_url
+from tuning_db.url import default_url, redact, resolve_url
 
 #: SQLite waits this long for a lock before "database is locked".
 SQLITE_BUSY_TIMEOUT_S = 30
@@ -205,8 +205,10 @@ class Storage:
             self._engine = _make_engine(self.url)
             self._sessions = sessionmaker(self._engine, expire_on_commit=False)
             if check_schema:
+                own_cache = self.url == default_url()
                 self.revision = self._with_retries(
-                    lambda: schema.check(self._engine, self.display_url, readonly=readonly))
+                    lambda: schema.check(self._engine, self.display_url, readonly=readonly,
+                                         auto_upgrade=own_cache))
         except SQLAlchemyError as error:
             raise DatabaseError(self._describe(error)) from None
 

@@ -1,5 +1,7 @@
 """Schema revisions: the check on open, and one upgrade test per migration, on every backend."""
 
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import inspect, text
@@ -161,3 +163,34 @@ def test_opening_while_another_process_creates_the_schema_waits(tmp_path):
     creating.join(30)
     opening.join(30)
     assert opened == {"revision": schema.HEAD}
+
+
+def test_own_cache_file_is_upgraded_in_place(tmp_path, monkeypatch, capsys):
+    """The embedded default database belongs to its user alone: an older one is migrated on
+    open (with a line on stderr) instead of refused; any other URL is still refused."""
+    from tuning_db.url import default_url
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("QCOMPILE_DB", raising=False)
+    url = default_url()
+    Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True)
+    bare = _bare(url)
+    schema.upgrade(bare.engine, bare.display_url, "0001")
+    with bare.engine.begin() as connection:
+        connection.execute(text("DROP TABLE alembic_version"))  # as made before migrations
+        workload_id = connection.execute(
+            sa.insert(sa.table("workloads", *[sa.column(c) for c in WORKLOAD_0001]))
+            .values(**WORKLOAD_0001).returning(sa.column("id"))).scalar_one()
+        connection.execute(sa.insert(sa.table("tuning_records",
+                                              *[sa.column(c) for c in _record_0001(0)]))
+                           .values(**_record_0001(workload_id)))
+    bare.close()  # checkpoints SQLite's write-ahead log into the file
+    copy = tmp_path / "copy.sqlite"
+    copy.write_bytes(Path(url.removeprefix("sqlite:///")).read_bytes())
+    with pytest.raises(DatabaseError, match="before schema versions"):
+        Storage(f"sqlite:///{copy}")
+    storage = Storage()
+    assert storage.revision == schema.HEAD
+    assert "upgraded the tuning database" in capsys.readouterr().err
+    with storage.engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM tuning_records")).scalar() == 1
