@@ -145,3 +145,20 @@ def test_tune_build_and_run_from_the_database(avx2, tmp_path):
     y = kernel(torch.from_numpy(x), weights).numpy()
     exact = compute_int8.quantized_activations(x, 128) @ FAMILY.reference_weight(spec, **tensors)
     assert np.abs(y - exact).max() / np.abs(exact).max() < 1e-5
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4])
+@pytest.mark.parametrize("group_size", [32, 64, 128, -1])
+def test_plans_keep_shift_counts_constant_and_registers_free(avx2, bits, group_size):
+    """Every m_u candidate is a whole number of field periods (constant shifts in the unrolled
+    body), t_u fits the 16 registers and divides N/8, and the seeds are candidates."""
+    hw = avx2.hardware()
+    for n in (64, 4096, 28672):
+        spec = UniformSpec(k=8192, n=n, bits=bits, group_size=group_size, int8_activations=True)
+        steps = compute_int8.chunk_rows(spec) // compute_int8.STEP
+        for plan in uniform_int8.plans(spec, hw):
+            assert plan.t_u <= uniform_int8.MAX_T_U and (n // 8) % plan.t_u == 0
+            assert plan.m_u.values and plan.m_u.seed in plan.m_u.values
+            assert plan.n_blk.seed in plan.n_blk.values
+            for m_u in plan.m_u.values:
+                assert m_u % uniform_int8.field_period(bits) == 0 and steps % m_u == 0
