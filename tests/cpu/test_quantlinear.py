@@ -181,6 +181,10 @@ def test_int8_activations_through_quantlinear(avx2, shared_cache, name):
         assert relative_error(y, layer.reference(x)) < 3e-2
     half = module(x.to(torch.bfloat16))
     assert half.dtype == torch.bfloat16
+    # Prefill (rows >= prefill_rows) multiplies the dequantized weight: float32 x, exact.
+    module.prefill_rows = 4
+    x = torch.randn(6, layer.in_features, generator=generator)
+    assert relative_error(module(x), layer.reference(x)) < 1e-5
     with pytest.raises(ValueError, match="bits=8"):
         eight = qcompile.gptq.load(DATA / "autogptq_b8_gcol_asym")[DOWN]
         QuantLinear.from_gptq(eight, db="sqlite://", on_missing="untuned", int8_activations=True)
