@@ -7,14 +7,22 @@ second-order-dequantized scale; then the tile's 4-bit groups the same way into a
 accumulator; then ``finish`` adds the two and walks each column's few CSR outliers. The weights
 are read once, in storage order; x (gathered into storage order once per call) stays in cache.
 
+Every sketch first rewrites codes, first- and second-order scales and zeros of both parts into
+column tiles of ``n_reg * lanes`` (the ``n_tiled`` layout, qcompile/kernels/mixed/layout.py), so
+a task streams one contiguous range per operand instead of one strided row per 2-bit group
+(a new page every 16 rows at N = 28672; the untiled kernel took about 2x the time). The layout is
+a ``transform_layout`` in the trace, so it replays from a record and the build writes it into
+the manifest; ``prepare`` packs the arrays for it.
+
 Knobs (sampled decisions, replayable from a trace):
 
 ==========  ==================================================================
 knob        TensorIR loop
 ==========  ==================================================================
 lanes       innermost N loop, vectorized (fixed: the ISA's fp32 width)
-n_reg       N vectors of accumulators, unrolled (both parts)
-n_blk       N tiles per parallel task
+n_reg       N vectors of accumulators, unrolled (both parts); one sketch per value of
+            :data:`N_REGS` whose tile fits (it is the layout's tile)
+n_blk       N tiles per parallel task (sampled with n_par, at most :data:`MAX_N_BLK`)
 n_par       N tasks, ``parallel`` over the cores
 g_unroll    2-bit groups per step of the group loop, unrolled (1, 2, 4)
 ==========  ==================================================================
