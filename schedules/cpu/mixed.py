@@ -188,18 +188,21 @@ def design_space(sch: Schedule, spec: MixedSpec, hw: CpuHardware) -> list[Schedu
 
 
 #: The untuned point (measured on 8192x28672, AVX2, 2 threads: README).
-HEURISTIC = {"n_reg": 4, "n_blk": 1, "g_unroll": 1}
+HEURISTIC = {"n_reg": 4, "n_blk": 2, "g_unroll": 1}
 
 
 def heuristic_schedule(sch: Schedule, spec: MixedSpec, hw: CpuHardware) -> Schedule:
-    """:data:`HEURISTIC` in its tiled layout, or the nearest point the spec allows."""
+    """:data:`HEURISTIC` in its tiled layout, or the nearest point the spec allows (n_blk
+    lowered until it divides the tiles and leaves every core a task)."""
     lanes = vector_lanes(spec, hw)
     widths = tile_widths(spec, hw)
     tiles = dict(HEURISTIC)
     if tiles["g_unroll"] > 1 and spec.layout.groups2 % tiles["g_unroll"]:
         tiles["g_unroll"] = 1
+    tiles["n_reg"] = min(widths, key=lambda r: abs(r - HEURISTIC["n_reg"])) if widths else 1
+    count = spec.n // (tiles["n_reg"] * lanes)
+    while tiles["n_blk"] > 1 and (count % tiles["n_blk"] or count // tiles["n_blk"] < hw.cores):
+        tiles["n_blk"] //= 2
     if not widths:
-        tiles["n_reg"] = 1
         return register_tile(sch, spec, hw, tiles)
-    tiles["n_reg"] = min(widths, key=lambda r: abs(r - HEURISTIC["n_reg"]))
     return register_tile(with_layout(sch, spec, tiles["n_reg"] * lanes), spec, hw, tiles)
