@@ -55,6 +55,7 @@ _UNTUNED: dict[tuple[str, str], Callable] = {
     ("uniform", "cuda"): cuda_uniform.heuristic_schedule,
     ("bcq", "cuda"): cuda_bcq.heuristic_schedule,
     ("mixed", "cuda"): cuda_mixed.heuristic_schedule,
+    ("mixed", "cpu"): cpu_mixed.heuristic_schedule,
 }
 
 

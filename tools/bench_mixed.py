@@ -46,10 +46,11 @@ def _specs(k: int, n: int, m: int, group: int, g4: int, share4: float) -> dict[s
 
 
 def _cpu_candidates(spec, preset, hw, tiles, storage, out_dir) -> list[tuple]:
-    """[(function, how, kernel or None)] for ``spec``: the database's best record if there is
-    one; else the family's untuned heuristic (the uniform family's is its QIGen-model point,
-    with its tiled weight layout) and one kernel per fixed tile of ``tiles``. A loaded kernel
-    comes with its own ``prepare`` (layouts); the caller keeps the fastest candidate."""
+    """[(function, how, kernel or None, layout)] for ``spec``: the database's best record if
+    there is one; else the family's untuned heuristic (each family's with its tiled weight
+    layout) and one kernel per fixed tile of ``tiles`` (mixed: in the n_tiled layout of its
+    accumulator tile, uniform: GPTQ's layout). A loaded kernel comes with its own ``prepare``
+    (layouts); the caller keeps the fastest candidate."""
     import qcompile
     from qcompile.build import build, build_untuned
     from qcompile.errors import NoRecordError
@@ -59,11 +60,11 @@ def _cpu_candidates(spec, preset, hw, tiles, storage, out_dir) -> list[tuple]:
     if storage is not None:
         try:
             kernel = qcompile.load(build(spec, preset, out_dir, storage=storage).so_path)
-            return [(kernel.function, "tuned record", kernel)]
+            return [(kernel.function, "tuned record", kernel, kernel.layout)]
         except NoRecordError:
             pass
     kernel = qcompile.load(build_untuned(spec, preset, out_dir).so_path)
-    candidates = [(kernel.function, "untuned heuristic", kernel)]
+    candidates = [(kernel.function, "untuned heuristic", kernel, kernel.layout)]
     mod = _tvm.normalize_mod(get_family(spec.family).compute_for(spec, "cpu"))
     target = _tvm.Target(preset.tvm_target(hw))
     sketch = cpu_mixed.register_tile if spec.family == "mixed" else cpu_uniform.register_tile
@@ -76,10 +77,16 @@ def _cpu_candidates(spec, preset, hw, tiles, storage, out_dir) -> list[tuple]:
         if key in seen:
             continue
         seen.add(key)
-        sch = sketch(_tvm.Schedule(mod), spec, hw, chosen)
+        sch = _tvm.Schedule(mod)
+        layout = None
+        if spec.family == "mixed" and reg in cpu_mixed.tile_widths(spec, hw):
+            tile_n = reg * cpu_mixed.vector_lanes(spec, hw)
+            sch = cpu_mixed.with_layout(sch, spec, tile_n)
+            layout = {"kind": "n_tiled", "tile_n": tile_n}
+        sch = sketch(sch, spec, hw, chosen)
         lib = _tvm.tvm.compile(sch.mod, target=target)
-        candidates.append((lib[spec.name()], "tiles " + " ".join(f"{k}={v}" for k, v in key),
-                           None))
+        candidates.append((lib[spec.name()], "tiles " + " ".join(f"{k}={v}" for k, v in key)
+                           + (f" n_tiled {layout['tile_n']}" if layout else ""), None, layout))
     return candidates
 
 
@@ -112,10 +119,14 @@ def bench_cpu(args) -> dict:
         tensors = family.example_tensors(spec, rng)
         y = torch.empty((args.batch, n), dtype=torch.float32)
         best = None
-        for function, desc, kernel in _cpu_candidates(spec, preset, hw, args.tiles, storage,
-                                                      out_dir):
-            prepared = (kernel.prepare(**tensors) if kernel is not None
-                        else family.prepare(spec, **tensors))
+        for function, desc, kernel, layout in _cpu_candidates(spec, preset, hw, args.tiles,
+                                                              storage, out_dir):
+            if kernel is not None:
+                prepared = kernel.prepare(**tensors)
+            elif layout is not None:
+                prepared = family.prepare(spec, **tensors, layout=layout)
+            else:
+                prepared = family.prepare(spec, **tensors)
             seconds = min(_time(lambda f=function, p=prepared, o=y: f(x, *p.tensors, o), 3)
                           for _ in range(3))
             if best is None or seconds < best[0]:

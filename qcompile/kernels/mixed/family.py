@@ -10,6 +10,7 @@ import numpy as np
 from qcompile.errors import FormatError
 from qcompile.formats.mixed import MixedTensors, storage_rows
 from qcompile.kernels.base import KernelFamily, PreparedWeights
+from qcompile.kernels.mixed import layout as weight_layout
 from qcompile.kernels.mixed.spec import MixedSpec
 
 
@@ -72,7 +73,8 @@ class MixedFamily(KernelFamily):
                             **{name: _numpy(arrays[name]) for name in expected})
 
     def prepare(self, spec: MixedSpec, device: str = "cpu", *, weight=None, calibration=None,
-                hessian=None, damp: float | None = None, **arrays) -> PreparedWeights:
+                hessian=None, damp: float | None = None, layout: dict | None = None,
+                **arrays) -> PreparedWeights:
         """Kernel operands from float weights plus calibration data, or from a quantized matrix.
 
         Parameters
@@ -86,13 +88,18 @@ class MixedFamily(KernelFamily):
             H itself, instead of ``calibration``.
         damp : float, optional
             Cholesky damping as a share of mean(diag H) (default 0.01).
+        layout : dict, optional
+            The weight layout the kernel reads (its manifest's ``layout``, see
+            kernels/mixed/layout.py); None keeps the format's layout.
         **arrays
             Without ``weight``: the format's arrays (formats/mixed.py), as numpy or torch.
 
         Returns
         -------
         PreparedWeights
-            tensors: the format's arrays in the kernel's order; extras: ``report`` (the
+            tensors: the format's arrays in the kernel's order, the per-column ones
+            (codes2, meta2, scale2, zero2, codes4, scales4, zeros4) as [N/T, rows, T] in the
+            ``n_tiled`` layout; extras: ``layout`` (the layout) and ``report`` (the
             quantizer's report: average bits, errors) when quantized here.
         """
         import torch
@@ -113,11 +120,38 @@ class MixedFamily(KernelFamily):
                 raise FormatError("calibration/hessian are for quantizing a float weight; "
                                   "give weight too")
             tensors = self.mixed_tensors(spec, **arrays)
-        operands = tensors.operands()
-        prepared = tuple(kernel_ready(torch.from_numpy(np.ascontiguousarray(a)).to(device))
-                         for a in operands.values())
+        operands = weight_layout.pack(
+            {name: torch.from_numpy(np.ascontiguousarray(a))
+             for name, a in tensors.operands().items()},
+            layout, spec.g2)
+        extras["layout"] = layout
+        prepared = tuple(kernel_ready(t.to(device)) for t in operands.values())
         return PreparedWeights(spec_digest=spec.digest(), tensors=prepared,
                                names=tuple(operands), extras=extras)
+
+    def layout_of(self, func) -> dict | None:
+        """The weight layout scheduled PrimFunc ``func`` reads (kernels/mixed/layout.py); None
+        for the format's own."""
+        return weight_layout.layout_of(func)
+
+    def relayout(self, spec: MixedSpec, prepared: PreparedWeights,
+                 layout: dict | None) -> PreparedWeights:
+        """``prepared`` (the format's layout) packed into ``layout``: new tensors, same
+        extras."""
+        from dataclasses import replace
+
+        from qcompile.tensors import kernel_ready
+
+        current = prepared.extras.get("layout")
+        if current == layout:
+            return prepared
+        if current is not None:
+            raise FormatError(f"weights already packed as {weight_layout.describe(current)}; "
+                              "relayout starts from the format's layout")
+        by_name = weight_layout.pack(dict(zip(prepared.names, prepared.tensors, strict=True)),
+                                     layout, spec.g2)
+        return replace(prepared, tensors=tuple(kernel_ready(by_name[n]) for n in prepared.names),
+                       extras={**prepared.extras, "layout": layout})
 
     def measure_arguments(self, spec: MixedSpec):
         """Valid operands for tuning (random ones would index outside the buffers)."""

@@ -15,20 +15,26 @@ def alloc_arguments(spec_json: str, device, args_info, alloc_repeat: int):
     """LocalRunner's ``f_alloc_argument`` for the spec in ``spec_json`` (bound with partial).
 
     Returns ``alloc_repeat`` argument lists: x float32 [M, K] (standard normal), the format's
-    arrays, y float32 [M, N] (zeros).
+    arrays (packed in the candidate's weight layout, read from its argument shapes), y float32
+    [M, N] (zeros).
     """
     import json
 
     from qcompile import _tvm
     from qcompile.kernels import get_family, spec_from_dict
+    from qcompile.kernels.mixed import layout as weight_layout
 
     spec = spec_from_dict(json.loads(spec_json))
     family = get_family(spec.family)
+    # The candidate's layout is in its argument shapes (codes2 [N/T, K2/16, T] when tiled).
+    codes2 = [tuple(info[2]) for info in args_info][2]
+    layout = weight_layout.n_tiled(codes2[2]) if len(codes2) == 3 else None
     repeated = []
     for index in range(alloc_repeat):
         rng = np.random.default_rng(index)
+        tensors = weight_layout.pack(family.example_tensors(spec, rng), layout, spec.g2)
         arrays = [rng.standard_normal((spec.m, spec.k)).astype(np.float32),
-                  *family.example_tensors(spec, rng).values(),
+                  *tensors.values(),
                   np.zeros((spec.m, spec.n), dtype=np.float32)]
         shapes = [tuple(info[2]) for info in args_info]
         if shapes != [a.shape for a in arrays]:
