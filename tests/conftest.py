@@ -14,71 +14,70 @@ POSTGRES_URL = os.environ.get("QCOMPILE_TEST_POSTGRES",
                               "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 
 
-def _postgres_schema_url():
-    """A fresh schema on the test server, and a URL whose connections use it."""
-    from sqlalchemy import create_engine, text
-
-    schema = f"qc_test_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(POSTGRES_URL)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    except Exception as error:
-        engine.dispose()
-        if os.environ.get("QCOMPILE_REQUIRE_POSTGRES"):
-            raise
-        pytest.skip(f"PostgreSQL at {POSTGRES_URL} unavailable: {error}")
-    sep = "&" if "?" in POSTGRES_URL else "?"
-    return engine, schema, f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}"
-
-
 #: The MariaDB/MySQL server (root, no password). Its tests skip when it is down, unless
 #: $QCOMPILE_REQUIRE_MARIADB is set (.ci/run sets it when it could start the server).
 MARIADB_URL = os.environ.get("QCOMPILE_TEST_MARIADB", "mysql+pymysql://root@127.0.0.1:3306/test")
 
 
+def _create_on_server(server_url: str, ddl: str, label: str, require_env: str):
+    """An engine on ``server_url`` after running ``ddl`` (creating a schema or database of a
+    test's own); skips the test when the server does not answer, unless ``require_env`` is set."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(server_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(ddl))
+    except Exception as error:
+        engine.dispose()
+        if os.environ.get(require_env):
+            raise
+        pytest.skip(f"{label} at {server_url} unavailable: {error}")
+    return engine
+
+
+def _postgres_schema_url():
+    """A fresh schema on the test server, and a URL whose connections use it."""
+    schema = f"qc_test_{uuid.uuid4().hex[:12]}"
+    engine = _create_on_server(POSTGRES_URL, f'CREATE SCHEMA "{schema}"', "PostgreSQL",
+                               "QCOMPILE_REQUIRE_POSTGRES")
+    sep = "&" if "?" in POSTGRES_URL else "?"
+    return engine, schema, f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}"
+
+
 def _mariadb_database_url():
     """A fresh database on the test MariaDB server, and a URL that uses it."""
-    from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
     name = f"qc_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    engine = create_engine(MARIADB_URL)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(f"CREATE DATABASE `{name}`"))
-    except Exception as error:
-        engine.dispose()
-        if os.environ.get("QCOMPILE_REQUIRE_MARIADB"):
-            raise
-        pytest.skip(f"MariaDB at {MARIADB_URL} unavailable: {error}")
+    engine = _create_on_server(MARIADB_URL, f"CREATE DATABASE `{name}`", "MariaDB",
+                               "QCOMPILE_REQUIRE_MARIADB")
     url = make_url(MARIADB_URL).set(database=name).render_as_string(hide_password=False)
     return engine, name, url
 
 
 def _backend_url(backend, tmp_path):
     """(url, cleanup) of an empty database on ``backend``."""
-    from sqlalchemy import text
-
     if backend == "sqlite-memory":
         return "sqlite://", lambda: None
     if backend == "sqlite-file":
         return f"sqlite:///{tmp_path / 'tuning.sqlite'}", lambda: None
     if backend == "mariadb":
         engine, name, url = _mariadb_database_url()
-
-        def drop():
-            with engine.begin() as conn:
-                conn.execute(text(f"DROP DATABASE `{name}`"))
-            engine.dispose()
-        return url, drop
+        return url, _dropper(engine, f"DROP DATABASE `{name}`")
     engine, schema, url = _postgres_schema_url()
+    return url, _dropper(engine, f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def _dropper(engine, ddl: str):
+    """A cleanup that runs ``ddl`` (dropping a test's schema or database) and closes ``engine``."""
+    from sqlalchemy import text
 
     def drop():
         with engine.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+            conn.execute(text(ddl))
         engine.dispose()
-    return url, drop
+    return drop
 
 
 @pytest.fixture(params=["sqlite-memory", "sqlite-file", "postgresql", "mariadb"])

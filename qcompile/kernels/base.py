@@ -69,6 +69,20 @@ class KernelSpec:
         return {"global_symbol": self.name(), "tirx.noalias": True, SPEC_ATTR: self.to_json()}
 
 
+class GroupsAlongK:
+    """Mixin of specs with ``k`` and ``group_size`` (rows of K per group; -1: the whole K)."""
+
+    @property
+    def groups(self) -> int:
+        """G: groups along K per column (their scales, zero-points, alphas, biases...)."""
+        return 1 if self.group_size == -1 else self.k // self.group_size
+
+    @property
+    def effective_group_size(self) -> int:
+        """Rows of K per group (K itself for group_size -1)."""
+        return self.k if self.group_size == -1 else self.group_size
+
+
 @dataclass(frozen=True)
 class PreparedWeights:
     """Weights converted once into the operands a compiled kernel reads.

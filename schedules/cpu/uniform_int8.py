@@ -39,6 +39,7 @@ from qcompile.kernels.uniform.spec import UniformSpec
 from schedules import qigen_model as model
 from schedules.cpu import int8_dot
 from schedules.cpu.uniform import Knob
+from schedules.loops import loops_below
 from targets.hardware import CpuHardware
 
 #: Columns of one vector tile: 8 int32 lanes (a 256-bit register).
@@ -100,16 +101,6 @@ def plans(spec: UniformSpec, hw: CpuHardware) -> list[Plan]:
     return out
 
 
-def _loops_under(sch: Schedule, block, loop) -> list:
-    """The loops of ``block`` nested inside ``loop``, outermost first."""
-    loops = list(sch.get_loops(block))
-    target = sch.get(loop)
-    for index, candidate in enumerate(loops):
-        if sch.get(candidate).same_as(target):
-            return loops[index + 1:]
-    raise ValueError("block is not under the loop")
-
-
 def register_tile(sch: Schedule, spec: UniformSpec, hw: CpuHardware,
                   tiles: dict | None = None, plan: Plan | None = None) -> Schedule:
     """The loop nest of the module docstring; ``tiles`` fixes every knob (tests, tools):
@@ -117,7 +108,6 @@ def register_tile(sch: Schedule, spec: UniformSpec, hw: CpuHardware,
     t_u = tiles["t_u"] if tiles is not None else plan.t_u
     n_blk = tiles["n_blk"] if tiles is not None else plan.n_blk.sample(sch)
     m_u = tiles["m_u"] if tiles is not None else plan.m_u.sample(sch)
-    chunks = spec.effective_group_size // chunk_rows(spec)
 
     combine = sch.get_sblock("combine")
     m, n, g = sch.get_loops(combine)
@@ -126,23 +116,17 @@ def register_tile(sch: Schedule, spec: UniformSpec, hw: CpuHardware,
     acc = sch.cache_write(combine, 0, "local")
     sch.reverse_compute_at(acc, n_blk_loop)
 
-    # widen: per group, loops [m] n [c] h under g (compute_at drops loops of extent 1).
+    # widen: per group, loops m g n c h under g (unit loops kept: the nest has one shape).
     widen = sch.get_sblock("widen")
-    sch.compute_at(widen, g)
+    sch.compute_at(widen, g, preserve_unit_loops=True)
     sch.set_scope(widen, 0, "local")
-    under = _loops_under(sch, widen, g)
-    if spec.m > 1:
-        under.pop(0)
-    w_n, *rest = under
-    w_chunk = rest[0] if chunks > 1 else None
-    w_pair = rest[-1]
+    *_, w_n, w_chunk, w_pair = loops_below(sch, widen, g)
     w_reg, w_lanes = sch.split(w_n, factors=[None, LANES])
-    if w_chunk is not None:
-        sch.reorder(w_chunk, w_reg, w_lanes, w_pair)
+    sch.reorder(w_chunk, w_reg, w_lanes, w_pair)
 
-    # group_dot16 per chunk: loops [m] n h r e; r split into m_u unrolled steps.
+    # group_dot16 per chunk: loops ... n h r e; r split into m_u unrolled steps.
     dot16 = sch.get_sblock("group_dot16")
-    sch.compute_at(dot16, w_chunk if w_chunk is not None else g)
+    sch.compute_at(dot16, w_chunk, preserve_unit_loops=True)
     sch.set_scope(dot16, 0, "local")
     d_n, d_pair, d_steps, d_e = sch.get_loops(dot16)[-4:]
     d_reg, d_lanes = sch.split(d_n, factors=[None, LANES])
@@ -162,7 +146,7 @@ def register_tile(sch: Schedule, spec: UniformSpec, hw: CpuHardware,
     sch.unroll(n_reg)
     sch.vectorize(n_lanes)
     sch.decompose_reduction(dot16, d_outer)
-    sch.decompose_reduction(widen, w_chunk if w_chunk is not None else w_reg)
+    sch.decompose_reduction(widen, w_chunk)
     sch.decompose_reduction(combine, g)
     sch.tensorize(d_lanes, int8_dot.DOT_U8S8_I16)
     sch.tensorize(w_lanes, int8_dot.WIDEN_I16_I32)

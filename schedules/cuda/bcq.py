@@ -39,8 +39,9 @@ from __future__ import annotations
 from qcompile._tvm import Schedule
 from qcompile.formats.bcq import WORD_BITS
 from qcompile.kernels.bcq.spec import BcqSpec
-from schedules.cuda.common import load_to_registers, loops_below, unroll
+from schedules.cuda.common import load_to_registers, unroll
 from schedules.knobs import choose
+from schedules.loops import loops_below
 from targets.hardware import GpuHardware
 
 THREADS = (32, 64, 128, 256, 512)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qcompile._tvm import Schedule
+from schedules.loops import loops_below
 
 #: Bytes of one vector load: the widest global load a CUDA thread can issue (LDG.128).
 VECTOR_BYTES = 16
@@ -148,16 +149,6 @@ def stage_in_shared(sch: Schedule, block, loop, threads: list[tuple[str, object]
         sch.bind(part, tag)
     sch.vectorize(parts[-1])
     return block
-
-
-def loops_below(sch: Schedule, block, loop) -> list:
-    """The loops of ``block`` nested inside ``loop`` (which must enclose it), outermost first."""
-    loops = sch.get_loops(block)
-    target = sch.get(loop)
-    for depth, candidate in enumerate(loops):
-        if sch.get(candidate).same_as(target):
-            return loops[depth + 1 :]
-    raise ValueError(f"block {sch.get(block).name_hint!r} is not inside the given loop")
 
 
 def unroll(sch: Schedule, *loops) -> None:

@@ -38,8 +38,9 @@ from __future__ import annotations
 
 from qcompile._tvm import Schedule
 from qcompile.kernels.mixed.spec import MixedSpec
-from schedules.cuda.common import load_to_registers, loops_below, unroll
+from schedules.cuda.common import load_to_registers, unroll
 from schedules.knobs import choose
+from schedules.loops import loops_below
 from targets.hardware import GpuHardware
 
 K_LANES = (1, 2, 4, 8, 16, 32)

@@ -15,23 +15,13 @@ from qcompile import _tvm
 from qcompile.errors import ArgumentError, FormatError, SpecError
 from qcompile.formats.gptq import quantize_rtn
 from qcompile.kernels import BcqSpec, UniformSpec, get_family
+from qcompile.testing.kernels import compile_fixed, relative_error
 from schedules.cpu import bcq as cpu_bcq
 from schedules.cpu import uniform as cpu_uniform
 
 BCQ = get_family("bcq")
 UNIFORM = get_family("uniform")
 TILES = {"n_blk": 2, "n_reg": 2, "g_in": 1}
-
-
-def compile_fixed(spec, preset, sketch, tiles=TILES, family=BCQ):
-    hw = preset.hardware()
-    sch = sketch(_tvm.Schedule(family.compute(spec)), spec, hw, tiles)
-    lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))
-    return lib[spec.name()]
-
-
-def relative_error(y, ref):
-    return float(np.abs(np.asarray(y, dtype=np.float64) - ref).max() / np.abs(ref).max())
 
 
 CASES = [(8, 128, 1), (4, 64, 2), (3, -1, 1), (2, 32, 3), (5, 160, 1)]
@@ -46,7 +36,7 @@ def test_kernel_matches_reference(avx2, sketch, case):
     mu, group_size, m = case
     k = 320 if mu == 5 else 384 if mu == 3 else 512
     spec = BcqSpec(k=k, n=64, q=3, group_size=group_size, mu=mu, m=m)
-    function = compile_fixed(spec, avx2, sketch)
+    function = compile_fixed(spec, avx2, sketch, TILES)
     rng = np.random.default_rng(mu * 10 + m)
     tensors = BCQ.example_tensors(spec, rng)
     x = rng.standard_normal((m, k)).astype(np.float32)
@@ -64,10 +54,9 @@ def test_uniform_weights_through_lut_match_the_uniform_kernel(avx2, bits, group_
     layer = quantize_rtn(rng.standard_normal((k, n)).astype(np.float32) * 0.02, bits, group_size)
     gptq = {"qweight": layer.qweight, "scales": layer.scales, "qzeros": layer.qzeros}
     uspec = UniformSpec(k=k, n=n, bits=bits, group_size=group_size)
-    uniform = compile_fixed(uspec, avx2, cpu_uniform.register_tile, {"n_blk": 1, "n_reg": 4},
-                            family=UNIFORM)
+    uniform = compile_fixed(uspec, avx2, cpu_uniform.register_tile, {"n_blk": 1, "n_reg": 4})
     bspec = BcqSpec(k=k, n=n, q=bits, group_size=group_size, mu=8)
-    lut = compile_fixed(bspec, avx2, cpu_bcq.vector_lookup)
+    lut = compile_fixed(bspec, avx2, cpu_bcq.vector_lookup, TILES)
     x = torch.from_numpy(rng.standard_normal(k).astype(np.float32))
     y_uniform = UNIFORM.run(uspec, uniform, x, UNIFORM.prepare(uspec, **gptq)).numpy()
     y_lut = BCQ.run(bspec, lut, x, BCQ.prepare(bspec, **gptq)).numpy()
@@ -82,7 +71,7 @@ def test_act_order_gptq_and_bias(avx2):
     g_idx = rng.permutation(np.arange(k) // 64).astype(np.int32)
     bias = rng.standard_normal(n).astype(np.float32)
     spec = BcqSpec(k=k, n=n, q=4, group_size=64, mu=4)
-    function = compile_fixed(spec, avx2, cpu_bcq.vector_lookup)
+    function = compile_fixed(spec, avx2, cpu_bcq.vector_lookup, TILES)
     tensors = {"qweight": layer.qweight, "scales": layer.scales, "qzeros": layer.qzeros,
                "g_idx": g_idx}
     prepared = BCQ.prepare(spec, bias=torch.from_numpy(bias), **tensors)
@@ -104,7 +93,7 @@ def test_prepare_from_float_weights_quantizes_and_reports(avx2):
     prepared = BCQ.prepare(spec, weight=weight)
     report = prepared.extras["quantization"]
     assert 0 < report.relative_error < report.greedy_error < 0.3
-    function = compile_fixed(spec, avx2, cpu_bcq.scalar_lookup)
+    function = compile_fixed(spec, avx2, cpu_bcq.scalar_lookup, TILES)
     x = rng.standard_normal(k).astype(np.float32)
     y = BCQ.run(spec, function, x, prepared).numpy()
     assert relative_error(y, BCQ.reference(spec, x, weight=weight)) < 1e-5

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from qcompile import _tvm
 from qcompile.errors import SpecError
 from qcompile.formats import bitpack
 from qcompile.kernels import UniformSpec, get_family
 from qcompile.kernels.uniform import compute_int8
+from qcompile.testing.kernels import compile_fixed, relative_error
 from schedules.cpu import uniform_int8
 
 FAMILY = get_family("uniform")
@@ -68,12 +68,10 @@ def test_chunks_fit_int16():
     assert compute_int8.chunk_rows(spec) == 32  # 48 fits but is not a whole 3-bit unit
 
 
-def compile_spec(spec, preset, tiles):
-    hw = preset.hardware()
-    sch = _tvm.Schedule(FAMILY.compute(spec))
+def tiled_register_tile(sch, spec, hw, tiles):
+    """The int8 sketch with fixed decisions, in its column-tile layout."""
     uniform_int8.with_layout(sch, spec, tiles["t_u"])
-    uniform_int8.register_tile(sch, spec, hw, tiles)
-    return _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))[spec.name()]
+    return uniform_int8.register_tile(sch, spec, hw, tiles)
 
 
 @pytest.mark.parametrize("m", [1, 3])
@@ -82,7 +80,7 @@ def compile_spec(spec, preset, tiles):
 def test_kernel_is_exact_on_the_activations_it_rounds(avx2, bits, group_size, m):
     spec = UniformSpec(k=K, n=N, bits=bits, group_size=group_size, m=m, int8_activations=True)
     tiles = {"t_u": 2, "m_u": 2, "n_blk": 1}
-    function = compile_spec(spec, avx2, tiles)
+    function = compile_fixed(spec, avx2, tiled_register_tile, tiles)
     rng = np.random.default_rng(bits * 100 + m)
     tensors = FAMILY.example_tensors(spec, rng)
     from qcompile.kernels.uniform import layout
@@ -96,11 +94,9 @@ def test_kernel_is_exact_on_the_activations_it_rounds(avx2, bits, group_size, m)
     function(torch.from_numpy(x), *weights.tensors, y)
     weight = FAMILY.reference_weight(spec, **tensors).astype(np.float64)
     exact = compute_int8.quantized_activations(x, group_size) @ weight
-    scale = np.abs(exact).max()
-    assert np.abs(y.numpy() - exact).max() / scale < 1e-5
+    assert relative_error(y, exact) < 1e-5
     # Against float32 activations: the rounding of x to int8, about 1e-2 of max |y|.
-    full = x.astype(np.float64) @ weight
-    assert np.abs(y.numpy() - full).max() / np.abs(full).max() < 3e-2
+    assert relative_error(y, x.astype(np.float64) @ weight) < 3e-2
 
 
 def test_spec_rules_name_the_numbers():
@@ -144,7 +140,7 @@ def test_tune_build_and_run_from_the_database(avx2, tmp_path):
     x = rng.standard_normal((1, K)).astype(np.float32)
     y = kernel(torch.from_numpy(x), weights).numpy()
     exact = compute_int8.quantized_activations(x, 128) @ FAMILY.reference_weight(spec, **tensors)
-    assert np.abs(y - exact).max() / np.abs(exact).max() < 1e-5
+    assert relative_error(y, exact) < 1e-5
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4])

@@ -6,25 +6,14 @@ import pytest
 import torch
 
 import qcompile
-from qcompile import _tvm
 from qcompile.build import build_untuned
 from qcompile.cli import build_parser, main, spec_from_args
 from qcompile.errors import ArgumentError
 from qcompile.kernels import MixedSpec, get_family
+from qcompile.testing.kernels import compile_fixed, relative_error
 from schedules.cpu import mixed as cpu_mixed
 
 FAMILY = get_family("mixed")
-
-
-def compile_fixed(spec, preset, tiles):
-    hw = preset.hardware()
-    sch = cpu_mixed.register_tile(_tvm.Schedule(FAMILY.compute(spec)), spec, hw, tiles)
-    lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))
-    return lib[spec.name()]
-
-
-def relative_error(y, ref):
-    return float(np.abs(np.asarray(y, dtype=np.float64) - ref).max() / np.abs(ref).max())
 
 
 @pytest.mark.parametrize(("spec", "tiles"), [
@@ -35,7 +24,7 @@ def relative_error(y, ref):
      {"n_blk": 1, "n_reg": 1}),
 ], ids=["gemv", "m3-g32-1pct", "no-outliers"])
 def test_kernel_matches_reference_dequantization(cpu_preset, spec, tiles):
-    function = compile_fixed(spec, cpu_preset, tiles)
+    function = compile_fixed(spec, cpu_preset, cpu_mixed.register_tile, tiles)
     rng = np.random.default_rng(spec.k + spec.m)
     tensors = FAMILY.example_tensors(spec, rng)
     x = rng.standard_normal((spec.m, spec.k)).astype(np.float32)
@@ -48,7 +37,7 @@ def test_outliers_are_part_of_the_fused_call(avx2):
     """The same dense part with and without its CSR outliers: the difference is exactly the
     sparse product."""
     spec = MixedSpec(k=256, n=128, g4=64, outlier_share=0.01)
-    function = compile_fixed(spec, avx2, {"n_blk": 2, "n_reg": 2})
+    function = compile_fixed(spec, avx2, cpu_mixed.register_tile, {"n_blk": 2, "n_reg": 2})
     tensors = FAMILY.example_tensors(spec, np.random.default_rng(1))
     silent = {**tensors, "values": np.zeros_like(tensors["values"])}
     x = np.random.default_rng(2).standard_normal(spec.k).astype(np.float32)

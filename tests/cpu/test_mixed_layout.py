@@ -13,14 +13,11 @@ from qcompile.errors import ArgumentError, SpecError
 from qcompile.kernels import MixedSpec, get_family
 from qcompile.kernels.mixed import layout as mixed_layout
 from qcompile.kernels.mixed.measure import alloc_arguments
+from qcompile.testing.kernels import relative_error
 from schedules.cpu import mixed as cpu_mixed
 
 FAMILY = get_family("mixed")
 SPEC = MixedSpec(k=512, n=256, m=2, g4=64, outlier_share=0.01)
-
-
-def relative_error(y, ref):
-    return float(np.abs(np.asarray(y, dtype=np.float64) - ref).max() / np.abs(ref).max())
 
 
 @pytest.mark.parametrize("as_torch", [False, True], ids=["numpy", "torch"])

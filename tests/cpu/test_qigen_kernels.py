@@ -13,13 +13,10 @@ from qcompile.build import build_untuned
 from qcompile.errors import ArgumentError
 from qcompile.kernels import UniformSpec, get_family
 from qcompile.kernels.uniform import layout as weight_layout
+from qcompile.testing.kernels import relative_error
 from schedules.cpu import uniform as cpu_uniform
 
 FAMILY = get_family("uniform")
-
-
-def relative_error(y, ref):
-    return float(np.abs(np.asarray(y, dtype=np.float64) - ref).max() / np.abs(ref).max())
 
 
 def check(spec, function, layout, seed):

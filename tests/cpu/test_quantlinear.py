@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 import qcompile.gptq
 from qcompile.errors import FormatError, NoRecordError
 from qcompile.nn import QuantLinear, replace_linear
+from qcompile.testing.kernels import relative_error
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gptq"
 FIXTURES = sorted(p.name for p in DATA.iterdir() if p.is_dir())
@@ -30,10 +31,6 @@ def kernel_dir(tmp_path_factory):
 @pytest.fixture
 def shared_cache(kernel_dir, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(kernel_dir))
-
-
-def relative_error(y, ref):
-    return float(np.abs(y.double().numpy() - ref).max() / np.abs(ref).max())
 
 
 @pytest.mark.parametrize("name", FIXTURES)

@@ -4,22 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from qcompile import _tvm
 from qcompile.kernels import UniformSpec, get_family
+from qcompile.testing.kernels import compile_fixed, relative_error
 from schedules.cpu import uniform as cpu_uniform
 
 FAMILY = get_family("uniform")
-
-
-def compile_fixed(spec, preset, sketch, tiles):
-    hw = preset.hardware()
-    sch = sketch(_tvm.Schedule(FAMILY.compute(spec)), spec, hw, tiles)
-    lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))
-    return lib[spec.name()]
-
-
-def relative_error(y, ref):
-    return float(np.abs(np.asarray(y, dtype=np.float64) - ref).max() / np.abs(ref).max())
 
 
 @pytest.mark.parametrize("group_size", [32, 64, 128, -1])

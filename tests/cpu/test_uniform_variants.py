@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from qcompile import _tvm
 from qcompile.formats.gptq import GptqTensors, pack_zeros, quantize_rtn
 from qcompile.kernels import UniformSpec, get_family
+from qcompile.testing.kernels import compile_fixed, relative_error
 from schedules.cpu import uniform as cpu_uniform
 
 FAMILY = get_family("uniform")
@@ -17,12 +17,6 @@ K, N = 256, 128
 
 #: Largest error of the output's own rounding, relative to max |y| (fp32: accumulation only).
 TOLERANCE = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}
-
-
-def compile_spec(spec, preset, sketch=cpu_uniform.register_tile):
-    hw = preset.hardware()
-    sch = sketch(_tvm.Schedule(FAMILY.compute(spec)), spec, hw, TILES)
-    return _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))[spec.name()]
 
 
 def scrambled_g_idx(k, group_size, rng):
@@ -42,16 +36,12 @@ def layer(bits, group_size, sym, convention, act_order, seed):
                                     zero_convention=convention)
 
 
-def relative_error(y, ref):
-    return float(np.abs(y.float().numpy().astype(np.float64) - ref).max() / np.abs(ref).max())
-
-
 @pytest.mark.parametrize("m", [1, 8])
 @pytest.mark.parametrize("group_size", [32, 128, -1])
 @pytest.mark.parametrize("bits", [2, 3, 4, 8])
 def test_kernel_matches_reference_for_every_weight_variant(avx2, bits, group_size, m):
     spec = UniformSpec(k=K, n=N, bits=bits, group_size=group_size, m=m)
-    function = compile_spec(spec, avx2)
+    function = compile_fixed(spec, avx2, cpu_uniform.register_tile, TILES)
     rng = np.random.default_rng(bits * 1000 + m)
     x = torch.from_numpy(rng.standard_normal((m, K)).astype(np.float32))
     for sym in (True, False):
@@ -74,7 +64,7 @@ def test_kernel_matches_reference_for_every_weight_variant(avx2, bits, group_siz
 def test_half_activations_and_fused_gather(avx2, dtype, fused, sketch):
     m = 3
     spec = UniformSpec(k=K, n=N, bits=4, group_size=32, m=m, dtype=dtype, act_order=fused)
-    function = compile_spec(spec, avx2, sketch)
+    function = compile_fixed(spec, avx2, sketch, TILES)
     t = layer(4, 32, False, "v1", True, seed=5)
     bias = torch.linspace(-1, 1, N)
     prepared = FAMILY.prepare(spec, qweight=t.qweight, scales=t.scales, qzeros=t.qzeros,
@@ -89,7 +79,7 @@ def test_half_activations_and_fused_gather(avx2, dtype, fused, sketch):
 
 def test_fused_float32_gather(avx2):
     spec = UniformSpec(k=K, n=N, bits=3, group_size=64, m=2, act_order=True)
-    function = compile_spec(spec, avx2, cpu_uniform.k_blocked)
+    function = compile_fixed(spec, avx2, cpu_uniform.k_blocked, TILES)
     t = layer(3, 64, True, "v2", True, seed=9)
     prepared = FAMILY.prepare(spec, qweight=t.qweight, scales=t.scales, qzeros=t.qzeros,
                               g_idx=t.g_idx, zero_convention="v2")
@@ -100,7 +90,7 @@ def test_fused_float32_gather(avx2):
 
 def test_activation_dtype_is_checked(avx2):
     spec = UniformSpec(k=K, n=N, bits=4, group_size=32, m=1, dtype="float16")
-    function = compile_spec(spec, avx2)
+    function = compile_fixed(spec, avx2, cpu_uniform.register_tile, TILES)
     t = layer(4, 32, True, "v1", False, seed=1)
     prepared = FAMILY.prepare(spec, qweight=t.qweight, scales=t.scales, qzeros=t.qzeros)
     with pytest.raises(ValueError, match="x must be float16 for this kernel; got float32"):

@@ -12,6 +12,7 @@ import targets
 from qcompile.build import build, build_untuned
 from qcompile.formats.gptq import quantize_rtn
 from qcompile.kernels import BcqSpec, UniformSpec, get_family
+from qcompile.testing import kernels
 from qcompile.tune import tune
 from tuning_db import Storage
 
@@ -21,9 +22,8 @@ PRESET = targets.get("cuda")
 
 
 def relative_error(got: torch.Tensor, reference: np.ndarray) -> float:
-    got = got.float().cpu().numpy()
-    assert np.isfinite(got).all()
-    return float(np.abs(got - reference).max() / np.abs(reference).max())
+    assert torch.isfinite(got).all()
+    return kernels.relative_error(got, reference)
 
 
 @pytest.mark.parametrize("q,group_size,mu,m", [(3, 128, 8, 1), (3, 128, 4, 1), (2, 64, 4, 4),

@@ -7,14 +7,14 @@ from typing import ClassVar
 
 from qcompile.errors import SpecError
 from qcompile.formats.bcq import SUPPORTED_PLANES, WORD_BITS
-from qcompile.kernels.base import KernelSpec
+from qcompile.kernels.base import GroupsAlongK, KernelSpec
 
 #: Activations per table (the table has 2**mu entries).
 SUPPORTED_MU = (2, 3, 4, 5, 6, 7, 8)
 
 
 @dataclass(frozen=True)
-class BcqSpec(KernelSpec):
+class BcqSpec(GroupsAlongK, KernelSpec):
     """A LUT-GEMM GEMV/GEMM ``y[M, N] = x[M, K] @ W[K, N]`` with W in BCQ form.
 
     Attributes
@@ -70,15 +70,6 @@ class BcqSpec(KernelSpec):
         if self.dtype != "float32":
             raise SpecError(f"dtype={self.dtype!r} is not supported by the bcq family; "
                             "supported: ('float32',)")
-
-    @property
-    def groups(self) -> int:
-        """G: alpha/bias rows per column."""
-        return 1 if self.group_size == -1 else self.k // self.group_size
-
-    @property
-    def effective_group_size(self) -> int:
-        return self.k if self.group_size == -1 else self.group_size
 
     @property
     def chunks(self) -> int:

@@ -127,12 +127,7 @@ class UniformFamily(KernelFamily):
                 f"scales must be float16 (GPTQ stores fp16 scales); got {layer.scales.dtype}")
         permutation, layer = reorder(layer)
         reordered = not np.array_equal(permutation, np.arange(spec.k))
-        qweight_operand = layer.qweight.view(np.int32)
-        if spec.int8_activations:
-            from qcompile.kernels.uniform.compute_int8 import byte_planes
-
-            qweight_operand = byte_planes(qweight_operand, spec.bits)
-        operands = [qweight_operand, layer.scales, layer.zeros().astype(np.uint8)]
+        operands = [layer.qweight.view(np.int32), layer.scales, layer.zeros().astype(np.uint8)]
         names = ["qweight", "scales", "zeros"]
         extras = {}
         if spec.act_order:
@@ -142,10 +137,8 @@ class UniformFamily(KernelFamily):
             extras["perm"] = torch.from_numpy(permutation).to(device)
         if bias is not None:
             extras["bias"] = self._bias(spec, bias).to(device)
-        by_name = weight_layout.pack(
-            {name: torch.from_numpy(np.ascontiguousarray(a))
-             for name, a in zip(names, operands, strict=True)},
-            layout)
+        by_name = self._pack(spec, {name: torch.from_numpy(np.ascontiguousarray(a))
+                                    for name, a in zip(names, operands, strict=True)}, layout)
         extras["layout"] = layout
         tensors = tuple(kernel_ready(by_name[name].to(device)) for name in names)
         return PreparedWeights(spec_digest=spec.digest(), tensors=tensors, names=tuple(names),
@@ -161,8 +154,6 @@ class UniformFamily(KernelFamily):
         ``int8_activations`` spec the codes are first split into its byte planes."""
         from dataclasses import replace
 
-        import torch
-
         current = prepared.extras.get("layout")
         by_name = dict(zip(prepared.names, prepared.tensors, strict=True))
         planes_needed = spec.int8_activations and by_name["qweight"].dim() == 2
@@ -173,15 +164,23 @@ class UniformFamily(KernelFamily):
                               "relayout starts from GPTQ's layout")
         from qcompile.tensors import kernel_ready
 
-        if planes_needed:
-            from qcompile.kernels.uniform.compute_int8 import byte_planes
-
-            codes = by_name["qweight"].cpu().numpy()
-            by_name["qweight"] = torch.from_numpy(byte_planes(codes, spec.bits)).to(
-                by_name["qweight"].device)
-        by_name = weight_layout.pack(by_name, layout)
+        by_name = self._pack(spec, by_name, layout)
         return replace(prepared, tensors=tuple(kernel_ready(by_name[n]) for n in prepared.names),
                        extras={**prepared.extras, "layout": layout})
+
+    @staticmethod
+    def _pack(spec: UniformSpec, by_name: dict, layout: dict | None) -> dict:
+        """GPTQ-layout operands (torch) -> the kernel's: the codes split into byte planes for
+        an ``int8_activations`` spec (compute_int8.byte_planes), then packed into ``layout``."""
+        import torch
+
+        qweight = by_name["qweight"]
+        if spec.int8_activations and qweight.dim() == 2:
+            from qcompile.kernels.uniform.compute_int8 import byte_planes
+
+            planes = byte_planes(qweight.cpu().numpy(), spec.bits)
+            by_name = {**by_name, "qweight": torch.from_numpy(planes).to(qweight.device)}
+        return weight_layout.pack(by_name, layout)
 
     @staticmethod
     def _bias(spec: UniformSpec, bias):

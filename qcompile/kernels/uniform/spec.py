@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from qcompile.errors import SpecError
 from qcompile.formats import bitpack
-from qcompile.kernels.base import KernelSpec
+from qcompile.kernels.base import GroupsAlongK, KernelSpec
 
 ACTIVATION_DTYPES = ("float32", "float16", "bfloat16")
 #: Bit widths the int8-activation kernel takes (see UniformSpec.int8_activations).
@@ -16,7 +16,7 @@ _DTYPE_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
 
 @dataclass(frozen=True)
-class UniformSpec(KernelSpec):
+class UniformSpec(GroupsAlongK, KernelSpec):
     """A uniform quantized GEMV/GEMM ``y[M, N] = x[M, K] @ W[K, N]``.
 
     Attributes
@@ -117,16 +117,6 @@ class UniformSpec(KernelSpec):
             if not data[optional]:
                 del data[optional]
         return data
-
-    @property
-    def groups(self) -> int:
-        """G: scale/zero rows per column."""
-        return 1 if self.group_size == -1 else self.k // self.group_size
-
-    @property
-    def effective_group_size(self) -> int:
-        """Rows of K per group (K itself for group_size -1)."""
-        return self.k if self.group_size == -1 else self.group_size
 
     @property
     def packed_rows(self) -> int:
