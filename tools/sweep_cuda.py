@@ -12,9 +12,8 @@ the L2 three times, medians of interleaved rounds).
     python tools/sweep_cuda.py --shapes 8192x28672 --batches 1 --variants variants.json
 
 ``--variants`` takes a JSON list of ``{"sketch": ..., "knobs": {...}}``, each with an optional
-``"m"`` (then only for that M; else for every shape and M where the knobs are candidates) and
-an optional ``"form"`` (``group_dot`` or ``dequant``: compute_cuda.py's two factorisations;
-default: the spec's own); without it the built-in list below is used.
+``"m"`` (then only for that M; else for every shape and M where the knobs are candidates);
+without it the built-in list below is used.
 """
 
 from __future__ import annotations
@@ -68,8 +67,7 @@ def _build(job: dict) -> dict:
     import targets
     from qcompile import _tvm
     from qcompile.build import export
-    from qcompile.kernels import UniformSpec
-    from qcompile.kernels.uniform.compute_cuda import uniform_compute_cuda
+    from qcompile.kernels import UniformSpec, family_of
     from schedules.cuda import uniform
 
     started = time.monotonic()
@@ -78,7 +76,7 @@ def _build(job: dict) -> dict:
         preset = targets.get("cuda")
         hw = preset.hardware()
         target = _tvm.Target(preset.tvm_target(hw))
-        mod = _tvm.normalize_mod(uniform_compute_cuda(spec, job.get("form")))
+        mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, "cuda"))
         if job["sketch"] == "heuristic":
             sch = uniform.heuristic_schedule(_tvm.Schedule(mod), spec, hw)
         else:
@@ -110,8 +108,7 @@ def jobs_for(shapes, batches, variants, root: Path) -> list[dict]:
                     chosen.append(v)
             for i, v in enumerate(chosen):
                 jobs.append({"spec": {"k": k, "n": n, "m": m}, "sketch": v["sketch"],
-                             "knobs": v["knobs"], "form": v.get("form"),
-                             "dir": str(root / f"k{k}n{n}m{m}v{i}")})
+                             "knobs": v["knobs"], "dir": str(root / f"k{k}n{n}m{m}v{i}")})
     return jobs
 
 
@@ -180,8 +177,7 @@ def time_all(built: list[dict], rounds: int) -> list[dict]:
             if r.get("spec") == {"k": k, "n": n, "m": m} and "us" in r:
                 mark = "*" if r is best else " "
                 print(f"{mark} {k}x{n} M={m:<2d} {r['us']:8.1f} us {r['tbps']:5.2f} TB/s "
-                      f"err {r['max_rel_error']:.0e} {r.get('form') or ''} {r['sketch']} "
-                      f"{r['knobs']}", flush=True)
+                      f"err {r['max_rel_error']:.0e} {r['sketch']} {r['knobs']}", flush=True)
         del impls, prepared, weight
         torch.cuda.empty_cache()
     return results

@@ -58,15 +58,12 @@ class WarpGemv:
     group_loop : LoopRV, the serial loop over one lane's groups (per-group work goes here).
     partial : SBlockRV, the per-lane partial sums (local memory).
     final : SBlockRV, the cross-thread reduction that writes the output.
-    inner : LoopRVs of ``partial`` under ``group_loop``: the block's own reduction loops
-        inside a group (none when the block reduces over whole groups).
     """
 
     block_loop: object
     group_loop: object
     partial: object
     final: object
-    inner: tuple = ()
 
 
 #: Thread axes of (M, N, K) lanes: K lanes within a warp (shuffle reduction), or K lanes
@@ -77,8 +74,7 @@ K_IN_WARPS = ("threadIdx.z", "threadIdx.x", "threadIdx.y")
 
 
 def warp_gemv(sch: Schedule, block, lanes: WarpLanes, axes=K_IN_LANES) -> WarpGemv:
-    """Lay out reduction ``block`` (loops m, n, g, then any inner reduction loops within a
-    group; spatial m, n; reduction g) as a warp GEMV.
+    """Lay out reduction ``block`` (loops m, n, g; spatial m, n; reduction g) as a warp GEMV.
 
     Splits g into (groups per lane, ``k_lanes``) with the lanes innermost, so lane t sums
     groups t, t + k_lanes, ...; rfactors the lanes out into per-thread partial sums in
@@ -86,14 +82,14 @@ def warp_gemv(sch: Schedule, block, lanes: WarpLanes, axes=K_IN_LANES) -> WarpGe
     :data:`K_IN_LANES` or :data:`K_IN_WARPS`), and reduces the partials across the lanes.
     """
     m_axis, n_axis, k_axis = axes
-    m, n, g, *inner = sch.get_loops(block)
+    m, n, g = sch.get_loops(block)
     m_t, m_in = sch.split(m, factors=[lanes.m_lanes, None])
     n_b, n_t, n_v, n_e = sch.split(n, factors=[None, lanes.n_lanes, lanes.n_vecs, lanes.vec])
     g_o, g_t = sch.split(g, factors=[None, lanes.k_lanes])
-    sch.reorder(n_b, m_t, n_t, g_t, g_o, *inner, m_in, n_v, n_e)
+    sch.reorder(n_b, m_t, n_t, g_t, g_o, m_in, n_v, n_e)
     partial = sch.rfactor(g_t, factor_axis=0)
     sch.set_scope(partial, 0, "local")
-    n_b, m_t, n_t, g_t, g_o, *inner, m_in, n_v, n_e = sch.get_loops(partial)
+    n_b, m_t, n_t, g_t, g_o, m_in, n_v, n_e = sch.get_loops(partial)
     sch.bind(n_b, "blockIdx.x")
     sch.bind(m_t, m_axis)
     sch.bind(n_t, n_axis)
@@ -110,8 +106,7 @@ def warp_gemv(sch: Schedule, block, lanes: WarpLanes, axes=K_IN_LANES) -> WarpGe
     sch.bind(f_mt, m_axis)
     sch.bind(f_nt, n_axis)
     sch.bind(f_g, k_axis)
-    return WarpGemv(block_loop=n_b, group_loop=g_o, partial=partial, final=block,
-                    inner=tuple(inner))
+    return WarpGemv(block_loop=n_b, group_loop=g_o, partial=partial, final=block)
 
 
 def read_index(sch: Schedule, block, buffer_name: str) -> int:

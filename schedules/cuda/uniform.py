@@ -62,9 +62,7 @@ from functools import partial
 
 from qcompile._tvm import Schedule
 from qcompile.kernels.uniform.compute import fields_per_word
-from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR, COMPUTE_NAME_DEQUANT, cuda_form
 from qcompile.kernels.uniform.spec import UniformSpec
-from schedules.cuda import uniform_dequant
 from schedules.cuda.common import (
     K_IN_LANES,
     K_IN_WARPS,
@@ -266,12 +264,10 @@ def sketch(sch: Schedule, spec: UniformSpec, hw: GpuHardware, x_stage: str,
     """One sketch: ``spec``'s layout (:func:`layout_for`) with x staged per ``x_stage`` (a
     name of :data:`X_STAGES`, with :data:`K_WARPS` appended for K lanes across warps); knobs
     sampled (``prior``: {knob: value} sampled more often), or pinned by ``fixed``."""
-    lanes, rv = _sample(sch, spec, fixed, prior)
-    if is_dequant_form(sch):
-        return uniform_dequant.sketch(sch, spec, hw, x_stage, lanes, rv)
     k_warps = x_stage.endswith(K_WARPS)
     x_stage = x_stage.removesuffix(K_WARPS)
     axes = K_IN_WARPS if k_warps else K_IN_LANES
+    lanes, rv = _sample(sch, spec, fixed, prior)
     layout = layout_for(spec)
     if layout == "word_lanes" and x_stage == "x_chunk":
         raise ValueError("x_chunk stages x per step of the group loop: group_lanes only")
@@ -291,17 +287,8 @@ SKETCHES = {name + suffix: partial(sketch, x_stage=name + suffix)
             for suffix in ("", K_WARPS) for name in X_STAGES}
 
 
-def is_dequant_form(sch: Schedule) -> bool:
-    """Whether ``sch`` schedules the ``dequant`` form of compute_cuda.py (else ``group_dot``)."""
-    return any(func.attrs is not None and func.attrs.get(COMPUTE_ATTR) == COMPUTE_NAME_DEQUANT
-               for func in sch.mod.functions.values())
-
-
 def sketches_for(spec: UniformSpec, hw: GpuHardware) -> list[str]:
-    """Names of the sketches that can be valid for ``spec`` on ``hw`` (in its default form,
-    :func:`~qcompile.kernels.uniform.compute_cuda.cuda_form`)."""
-    if cuda_form(spec) == "dequant":
-        return uniform_dequant.sketches_for(spec, hw)
+    """Names of the sketches that can be valid for ``spec`` on ``hw``."""
     names = []
     if x_block_fits(spec, hw):
         names.append("x_block")
@@ -347,40 +334,11 @@ def heuristic_knobs(spec: UniformSpec, hw: GpuHardware) -> tuple[str, dict[str, 
     def chunk_bytes(k_lanes: int) -> int:
         return spec.m * k_lanes * spec.effective_group_size * 4
 
-    if cuda_form(spec) == "dequant":
-        return uniform_dequant.heuristic_knobs(spec, hw, cands)
     staged = spec.m > 1 and chunk_bytes(1) <= HEURISTIC_CHUNK_BYTES
     m_lanes = min(v for v in cands["m_lanes"] if spec.m // v <= (8 if staged else 4))
     rows = spec.m // m_lanes
     # x in registers past M = 4: 8 columns per thread halve the x work per weight.
     n_vecs = 2 if not staged and spec.m > 4 and 2 in cands["n_vecs"] else 1
-    n_lanes = _heuristic_n_lanes(spec, hw, n_vecs)
-    k_lanes = max([v for v in cands["k_lanes"]
-                   if v * n_lanes * m_lanes <= HEURISTIC_BLOCK_THREADS
-                   and (not staged or chunk_bytes(v) <= HEURISTIC_CHUNK_BYTES)] or [1])
-    # At most 32 registers of packed words and 64 of x in flight (3-bit units are 3 words).
-    unit_registers = (3 if spec.bits == 3 else 1) * vector_width(spec) * n_vecs
-    x_registers = 0 if staged else fields_per_word(spec.bits) * rows
-    most = HEURISTIC_LOAD_WORDS if staged else max(1, HEURISTIC_LOAD_WORDS // rows)
-    if spec.groups > k_lanes:
-        # several groups per lane: half the batch keeps registers for more warps per SM
-        # (H200 sweep, 2026-11-23: 50.4 against 52.7 us at 8192x28672, 57.5 against 68.1 at
-        # 28672x8192, 19.2 against 22.2 at 8192x8192; one group per lane, 4096x4096, the other
-        # way round: 10.1 at 8 rows against 12.2 at 4)
-        most = max(1, most // 2)
-    if spec.bits == 3:  # codes straddle words: two 3-word units in flight spill (ptxas)
-        most = 1
-    load_words = max([v for v in cands["load_words"] if v <= most and v * unit_registers <= 32
-                      and v * x_registers <= 64] or [1])
-    knobs = {"k_lanes": k_lanes, "n_lanes": n_lanes, "n_vecs": n_vecs, "m_lanes": m_lanes,
-             "load_words": load_words, "unroll": 64}
-    return ("x_chunk" if staged else "x_registers") + K_WARPS, knobs
-
-
-def _heuristic_n_lanes(spec: UniformSpec, hw: GpuHardware, n_vecs: int) -> int:
-    """Threads of a warp over N: 32 while the grid keeps :data:`HEURISTIC_BLOCKS_PER_SM`
-    blocks per SM, else 16 or 8 (128 contiguous bytes), fewer only to give every SM a block."""
-    cands = knob_candidates(spec)
     columns = spec.n // (vector_width(spec) * n_vecs)
     fitting = [v for v in cands["n_lanes"] if v <= 32 and columns % v == 0]
     wide = [v for v in fitting if v >= 4] or fitting       # 64 contiguous bytes at least
@@ -390,7 +348,26 @@ def _heuristic_n_lanes(spec: UniformSpec, hw: GpuHardware, n_vecs: int) -> int:
         blocks = columns // v
         if blocks >= HEURISTIC_BLOCKS_PER_SM * hw.sm_count or (v <= 8 and blocks >= hw.sm_count):
             break
-    return n_lanes
+    k_lanes = max([v for v in cands["k_lanes"]
+                   if v * n_lanes * m_lanes <= HEURISTIC_BLOCK_THREADS
+                   and (not staged or chunk_bytes(v) <= HEURISTIC_CHUNK_BYTES)] or [1])
+    # At most 32 registers of packed words and 64 of x in flight (3-bit units are 3 words).
+    unit_registers = (3 if spec.bits == 3 else 1) * vector_width(spec) * n_vecs
+    x_registers = 0 if staged else fields_per_word(spec.bits) * rows
+    most = HEURISTIC_LOAD_WORDS if staged else max(1, HEURISTIC_LOAD_WORDS // rows)
+    if not staged and spec.groups > k_lanes:
+        # x in registers and several groups per lane: half the batch leaves registers for more
+        # warps per SM (H200, 2026-11-23, tools/results/h200/uniform_sweep_lw.log: 50.3 against
+        # 52.8 us at 8192x28672, 57.7 against 69.0 at 28672x8192, 19.3 against 22.4 at
+        # 8192x8192; with one group per lane, 4096x4096, 8 rows stay ahead: 10.3 against 12.3)
+        most = max(1, most // 2)
+    if spec.bits == 3:  # codes straddle words: two 3-word units in flight spill (ptxas)
+        most = 1
+    load_words = max([v for v in cands["load_words"] if v <= most and v * unit_registers <= 32
+                      and v * x_registers <= 64] or [1])
+    knobs = {"k_lanes": k_lanes, "n_lanes": n_lanes, "n_vecs": n_vecs, "m_lanes": m_lanes,
+             "load_words": load_words, "unroll": 64}
+    return ("x_chunk" if staged else "x_registers") + K_WARPS, knobs
 
 
 def _heuristic_word_lanes(spec: UniformSpec, hw: GpuHardware) -> tuple[str, dict[str, int]]:

@@ -83,9 +83,8 @@ def test_search_yields_valid_candidates_that_build_and_replay(tmp_path):
             population_size=32, init_min_unmeasured=8, genetic_num_iters=2),
         task_name=spec.name(), rand_state=7, num_threads=2).clone()
     spaces = context.space_generator.generate_design_space(context.mod)
-    # M = 4 is the dequant form (compute_cuda.cuda_form): x staged per group step or per block
-    # (4 x 1024 floats fit shared memory), then the heuristic's sketch with priors.
-    assert len(spaces) == 3
+    # 4 x 1024 floats of x fit shared memory: all 6 sketches, then the heuristic's with priors.
+    assert len(spaces) == 7
     context.search_strategy.pre_tuning(
         max_trials=8, num_trials_per_iter=4, design_spaces=spaces,
         database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel())

@@ -17,7 +17,6 @@ import targets
 from qcompile import _tvm
 from qcompile.kernels import UniformSpec, get_family
 from qcompile.kernels.uniform import spec as spec_module
-from qcompile.kernels.uniform.compute_cuda import cuda_form, uniform_compute_cuda
 from qcompile.testing import kernels
 from qcompile.testing.cuda_emulator import aligned, emulate, ptx, ptxas_report
 from schedules.cuda import uniform
@@ -28,8 +27,8 @@ HW = PRESET.hardware()
 TARGET = _tvm.Target(PRESET.tvm_target())
 
 
-def schedule(spec, sketch, knobs, form="group_dot"):
-    mod = _tvm.normalize_mod(uniform_compute_cuda(spec, form))
+def schedule(spec, sketch, knobs):
+    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
     return uniform.sketch(_tvm.Schedule(mod), spec, HW, sketch, knobs)
 
 
@@ -92,35 +91,6 @@ def test_emulated_kernel_matches_reference(sketch, bits, group_size, m, k, n, ov
     sch = schedule(spec, sketch, {**KNOBS, **overrides})
     y, ref = run_emulated(spec, sch, seed=bits * 100 + m)
     assert relative_error(y, ref) < 1e-5
-
-
-DEQUANT_CASES = [  # (sketch, bits, group_size, m, k, n, knob overrides): the dequant form
-    ("x_chunk+k_warps", 4, 64, 4, 512, 256, dict(k_lanes=2, m_lanes=2)),
-    ("x_block+k_warps", 3, 128, 16, 1024, 256, dict(k_lanes=4, n_vecs=2, m_lanes=4,
-                                                    load_words=1)),
-    ("x_chunk+k_warps", 2, 128, 5, 1024, 256, dict(k_lanes=4, n_lanes=4, load_words=4)),
-    ("x_chunk+k_warps", 8, 32, 3, 512, 264, dict(n_lanes=1, n_vecs=2)),  # N = 8 * 33
-]
-
-
-@pytest.mark.parametrize("sketch,bits,group_size,m,k,n,overrides", DEQUANT_CASES,
-                         ids=[f"{c[0]}-b{c[1]}-g{c[2]}-m{c[3]}-k{c[4]}-n{c[5]}"
-                              for c in DEQUANT_CASES])
-def test_dequant_form_matches_reference(sketch, bits, group_size, m, k, n, overrides):
-    spec = UniformSpec(k=k, n=n, bits=bits, group_size=group_size, m=m)
-    sch = schedule(spec, sketch, {**KNOBS, **overrides}, form="dequant")
-    assert uniform.is_dequant_form(sch)
-    y, ref = run_emulated(spec, sch, seed=bits * 10 + m)
-    assert relative_error(y, ref) < 1e-5
-
-
-def test_the_dequant_form_is_the_default_from_four_rows_with_groups_enough():
-    assert cuda_form(UniformSpec(k=1024, n=256, m=1)) == "group_dot"
-    assert cuda_form(UniformSpec(k=1024, n=256, m=3)) == "group_dot"
-    assert cuda_form(UniformSpec(k=1024, n=256, m=4)) == "dequant"
-    assert cuda_form(UniformSpec(k=1024, n=256, m=16, group_size=-1)) == "group_dot"
-    with pytest.raises(ValueError, match="stages x in shared memory"):
-        schedule(UniformSpec(k=1024, n=256, m=4), "x_registers+k_warps", KNOBS, form="dequant")
 
 
 @pytest.mark.parametrize("group_size,sketch", [(64, "x_registers"), (64, "x_chunk+k_warps"),

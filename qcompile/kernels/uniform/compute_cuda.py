@@ -122,45 +122,15 @@ def code_minus_zero(qweight, zeros, g, k, n, bits: int):
     return magic_float(code_bits_in_place(qweight, k, n, bits)) - offset
 
 
-#: The second form (``dequant``), for several activation rows; see :func:`cuda_form`.
-COMPUTE_NAME_DEQUANT = "uniform.cuda.dequant.v1"
-#: From this many activation rows on, the ``dequant`` form: every row reuses the scaled weight.
-DEQUANT_FROM_M = 4
-#: ... and with at least this many groups: its K lanes take whole groups (with fewer, the
-#: ``group_dot`` form's lanes split each group's words instead).
-DEQUANT_MIN_GROUPS = 8
-
-
-def cuda_form(spec: UniformSpec) -> str:
-    """Which factorisation ``spec`` gets on CUDA: ``group_dot`` or ``dequant``.
-
-    ``group_dot`` (above) keeps a float32 dot product per (row, group, column) and scales it
-    once per group: the fewest instructions per weight at M = 1, but 2 x M x columns
-    accumulators per thread. ``dequant`` scales each decoded weight once (one more multiply
-    per weight, shared by all M rows) and accumulates y directly: half the registers, which
-    past a few rows is what limits how many warps an SM keeps in flight.
-    """
-    if spec.m >= DEQUANT_FROM_M and spec.groups >= DEQUANT_MIN_GROUPS:
-        return "dequant"
-    return "group_dot"
-
-
-def uniform_compute_cuda(spec: UniformSpec, form: str | None = None):
-    """The CUDA PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes),
-    in ``form`` (default :func:`cuda_form`)."""
+def uniform_compute_cuda(spec: UniformSpec):
+    """The CUDA PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes)."""
     if spec.act_order:
         raise SpecError(
             f"{spec.name()}: the fused act_order gather (act_order=True) has no CUDA form; use "
             "act_order=False: prepare reorders act_order weights and the call gathers x first")
-    form = form or cuda_form(spec)
-    numbers = dict(m=spec.m, k=spec.k, n=spec.n, groups=spec.groups, rows=spec.packed_rows,
-                   bits=spec.bits, group_size=spec.effective_group_size, dtype=spec.dtype,
-                   attrs=spec.func_attrs())
-    if form == "dequant":
-        return uniform_compute_cuda_dequant_for(**numbers)
-    if form == "group_dot":
-        return uniform_compute_cuda_for(**numbers)
-    raise ValueError(f"unknown CUDA form {form!r}; known: group_dot, dequant")
+    return uniform_compute_cuda_for(
+        m=spec.m, k=spec.k, n=spec.n, groups=spec.groups, rows=spec.packed_rows, bits=spec.bits,
+        group_size=spec.effective_group_size, dtype=spec.dtype, attrs=spec.func_attrs())
 
 
 def uniform_compute_cuda_for(*, m: int, k: int, n: int, groups: int, rows: int, bits: int,
@@ -240,54 +210,3 @@ def uniform_compute_cuda_for(*, m: int, k: int, n: int, groups: int, rows: int, 
                 y[im, i_n] = T.Cast(dtype, y_acc[im, i_n])
 
     return uniform_gemm_cuda_cast
-
-
-def uniform_compute_cuda_dequant_for(*, m: int, k: int, n: int, groups: int, rows: int,
-                                     bits: int, group_size: int, dtype: str, attrs: dict):
-    """The ``dequant`` form (:func:`cuda_form`) from plain numbers. Blocks:
-
-    ``scale_x``  xf[m, k] = float32(x[m, k]) * 2**-(b*j')                 spatial [M, K]
-    ``dequant``  w[k, n] = float32(s[g, n]) * ((q - z) * 2**(b*j'))       spatial [K, N]
-    ``gemm``     y[m, n] += xf[m, k] * w[k, n]                            reduce  [M, N | K]
-    ``store``    y[m, n] = cast(y_acc[m, n])  (for every dtype: the schedule places it where
-                 the lanes' sums meet, so a float32 copy costs nothing)
-
-    The product xf * w is x * s * (q - z) exactly as in the ``group_dot`` form, with the
-    scale applied per weight instead of per group sum.
-    """
-    M, K, N, G, gsize = m, k, n, groups, group_size
-    attrs = {**attrs, COMPUTE_ATTR: COMPUTE_NAME_DEQUANT}
-
-    @T.prim_func(s_tir=True)
-    def uniform_gemm_cuda_dequant(
-        x: T.Buffer((M, K), dtype),
-        qweight: T.Buffer((rows, N), "int32"),
-        scales: T.Buffer((G, N), "float16"),
-        zeros: T.Buffer((G, N), "uint8"),
-        y: T.Buffer((M, N), dtype),
-    ):
-        T.func_attr(attrs)
-        x_field = T.sblock_alloc_buffer((M, K), "float32")
-        w = T.sblock_alloc_buffer((K, N), "float32")
-        y_acc = T.sblock_alloc_buffer((M, N), "float32")
-        for vm, vk in T.grid(M, K):
-            with T.sblock("scale_x"):
-                im, ik = T.axis.remap("SS", [vm, vk])
-                x_field[im, ik] = T.Cast("float32", x[im, ik]) * x_field_scale(ik, bits)
-        for vk, vn in T.grid(K, N):
-            with T.sblock("dequant"):
-                ik, i_n = T.axis.remap("SS", [vk, vn])
-                w[ik, i_n] = T.Cast("float32", scales[ik // gsize, i_n]) * code_minus_zero(
-                    qweight, zeros, ik // gsize, ik, i_n, bits)
-        for vm, vn, vk in T.grid(M, N, K):
-            with T.sblock("gemm"):
-                im, i_n, ik = T.axis.remap("SSR", [vm, vn, vk])
-                with T.init():
-                    y_acc[im, i_n] = T.float32(0)
-                y_acc[im, i_n] = y_acc[im, i_n] + x_field[im, ik] * w[ik, i_n]
-        for vm, vn in T.grid(M, N):
-            with T.sblock("store"):
-                im, i_n = T.axis.remap("SS", [vm, vn])
-                y[im, i_n] = T.Cast(dtype, y_acc[im, i_n])
-
-    return uniform_gemm_cuda_dequant
