@@ -198,7 +198,6 @@ def sweep(args, futures: list, layer, weight: torch.Tensor, x: torch.Tensor, cop
           started: float) -> list[dict]:
     """As each variant's build arrives: load, check and capture it; then time all of them with
     fp16 linear in interleaved rounds."""
-
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     reference = (x.double() @ weight.double()).float()
     scale = reference.abs().max().item()
@@ -240,8 +239,11 @@ def sweep(args, futures: list, layer, weight: torch.Tensor, x: torch.Tensor, cop
                                    for w in copies], family_of(spec).bytes_read(spec))
             t.prepare()
             timed.append((row, t))
+            print(f"  [{time.monotonic() - started:4.0f} s] loaded {label(job)}: max rel error "
+                  f"{row['max_rel_error']:.1e}", flush=True)
         except Exception as failure:  # noqa: BLE001 - keep the other variants
             row["error"] = f"{type(failure).__name__}: {failure}"[:300]
+            print(f"  failed {label(job)}: {row['error']}", flush=True)
     print(f"built and loaded {len(timed)} of {len(futures)} in {time.monotonic() - started:.0f} s;"
           f" timing {args.rounds} rounds", flush=True)
     for _ in range(args.rounds):
