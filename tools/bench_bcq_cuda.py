@@ -12,16 +12,30 @@ interleaved rounds, medians; fp16 linear is timed in the same rounds.
 
     PYTHONPATH=/tmp/tvmsite:$PWD python tools/bench_bcq_cuda.py --db sqlite:////tmp/qc/bcq.sqlite \\
         --mus 4,8 --trials 32 --json $OUT/bcq_h200.json
+
+``--variants grid`` (or a JSON file) sweeps pinned points of the CUDA design space instead of
+tuning (no database): every variant is built in a pool of processes (``--workers``), loaded as
+it is built, checked against the reference, and timed in interleaved rounds together with fp16
+linear; the best per mu is printed and the JSON holds every variant. ``grid`` is
+:func:`grid_variants` (the heuristic and its neighbourhood, mu 4 and 8); a file holds a list of
+``{"mu": 4, "knobs": {...}, "stage_words": true, "unroll_groups": true}``. Variants are loaded
+until ``--budget-s`` has passed since the start, so a run stays inside its time limit:
+
+    PYTHONPATH=/tmp/tvmsite:$PWD python tools/bench_bcq_cuda.py --variants grid \\
+        --json $OUT/bcq_sweep.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import sys
 import tempfile
 import time
 import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
@@ -99,10 +113,176 @@ def bench(spec: BcqSpec, kernel, layer, weight: torch.Tensor, x: torch.Tensor, r
     return row
 
 
+def grid_variants(k: int, n: int, q: int, group_size: int, mus: list[int]) -> list[dict]:
+    """The heuristic of every mu, then its neighbourhood: 64..256 threads of 1..4 outputs and
+    1..8 groups per block with the words staged and the groups unrolled (mu 4: 18 variants;
+    mu 8, whose tables allow 1 or 2 groups: 7), plus the looped-groups and unstaged sketches
+    at the heuristic's knobs. Points that are not candidates for the spec are left out."""
+    from schedules.cuda import bcq as cuda_bcq
+
+    hw = targets.get("cuda").hardware()
+    points = {4: [(128, 4, 1), (128, 4, 2), (128, 4, 4), (128, 2, 2), (128, 2, 4), (128, 1, 4),
+                  (128, 1, 8), (256, 4, 1), (256, 4, 2), (256, 2, 2), (256, 2, 4), (256, 1, 8),
+                  (64, 4, 2), (64, 4, 4), (64, 4, 8)],
+              8: [(128, 4, 1), (128, 2, 1), (128, 2, 2), (128, 1, 2), (256, 2, 1), (64, 4, 1)]}
+    out = []
+    for mu in mus:
+        spec = BcqSpec(k=k, n=n, q=q, group_size=group_size, mu=mu)
+        stage = cuda_bcq.can_stage_words(spec)
+        heuristic = cuda_bcq.heuristic_knobs(spec, hw)
+        chosen = [{"mu": mu, "knobs": heuristic, "stage_words": stage, "unroll_groups": stage,
+                   "heuristic": True}]
+        if stage:
+            chosen += [{"mu": mu, "knobs": heuristic, "stage_words": True,
+                        "unroll_groups": False},
+                       {"mu": mu, "knobs": {**heuristic, "cols": 1}, "stage_words": False,
+                        "unroll_groups": False}]
+        cands = cuda_bcq.knob_candidates(spec, hw, stage_words=stage)
+        for threads, cols, groups in points.get(mu, []):
+            knobs = {"threads": threads, "cols": cols, "groups_per_block": groups, "unroll": 16}
+            if knobs == heuristic or not all(v in cands[name] for name, v in knobs.items()):
+                continue
+            chosen.append({"mu": mu, "knobs": knobs, "stage_words": stage,
+                           "unroll_groups": stage})
+        out += chosen
+    return out
+
+
+def _build_variant(job: dict) -> dict:
+    """Build one variant (in a worker process): the .so path, or the error."""
+    from qcompile import _tvm
+    from qcompile.build import export
+    from schedules.cuda import bcq as cuda_bcq
+
+    started = time.monotonic()
+    try:
+        spec = BcqSpec(**job["spec"])
+        preset = targets.get("cuda")
+        hw = preset.hardware()
+        target = _tvm.Target(preset.tvm_target(hw))
+        mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, "cuda"))
+        sch = cuda_bcq.sketch(_tvm.Schedule(mod), spec, hw, job["knobs"],
+                              stage_words=job["stage_words"],
+                              unroll_groups=job["unroll_groups"])
+        so, _ = export(spec, preset, target, sch.mod, job["dir"], {"id": None, "sweep": job})
+        return {**job, "so": str(so), "build_s": time.monotonic() - started}
+    except Exception as error:  # noqa: BLE001 - a variant that does not build is a result
+        return {**job, "error": f"{type(error).__name__}: {str(error)[-300:]}"}
+
+
+def label(v: dict) -> str:
+    k = v["knobs"]
+    sketch = ("staged+unrolled" if v["unroll_groups"] else "staged") if v["stage_words"] \
+        else f"in-place unroll {k['unroll']}"
+    mark = " (heuristic)" if v.get("heuristic") else ""
+    return (f"mu={v['mu']} threads={k['threads']} cols={k['cols']} "
+            f"groups_per_block={k['groups_per_block']} {sketch}{mark}")
+
+
+def submit_builds(args, pool) -> list:
+    """Every variant's build, submitted to ``pool`` (they run while the weights are made)."""
+    mus = [int(v) for v in args.mus.split(",")]
+    if args.variants == "grid":
+        variants = grid_variants(args.k, args.n, args.bits, args.group_size, mus)
+    else:
+        variants = json.loads(Path(args.variants).read_text())
+    root = Path(tempfile.mkdtemp(prefix="qcompile-bcq-sweep-"))
+    jobs = [{**v, "spec": {"k": args.k, "n": args.n, "q": args.bits,
+                           "group_size": args.group_size, "mu": v["mu"]},
+             "dir": str(root / f"v{i}")} for i, v in enumerate(variants)]
+    print(f"{len(jobs)} variants, {args.workers} build workers", flush=True)
+    return [pool.submit(_build_variant, job) for job in jobs]
+
+
+def sweep(args, futures: list, layer, weight: torch.Tensor, x: torch.Tensor, copy: dict,
+          started: float) -> list[dict]:
+    """As each variant's build arrives: load, check and capture it; then time all of them with
+    fp16 linear in interleaved rounds."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    reference = (x.double() @ weight.double()).float()
+    scale = reference.abs().max().item()
+    w16 = weight.T.contiguous().half()
+    x16 = x.half()
+    w16_copies = [w16] + [w16.clone() for _ in range(copies_for(w16.nbytes, l2) - 1)]
+    fp16 = Timed("fp16_linear", [lambda w=w: torch.nn.functional.linear(x16, w)
+                                 for w in w16_copies], 2 * args.k * args.n + 2 * x.numel())
+    fp16.prepare()
+    prepared, copies, rows, timed = None, None, [], []
+    for future in as_completed(futures):
+        try:
+            job = future.result()
+        except Exception as failure:  # noqa: BLE001 - a dead worker loses one variant
+            rows.append({"error": f"build worker failed: {type(failure).__name__}: {failure}"})
+            continue
+        row = {k: v for k, v in job.items() if k != "dir"}
+        rows.append(row)
+        if "error" in job:
+            print(f"  build failed: {label(job)}: {job['error']}", flush=True)
+            continue
+        if time.monotonic() - started > args.budget_s:
+            row["error"] = f"skipped: past --budget-s {args.budget_s}"
+            continue
+        try:
+            spec = BcqSpec(**job["spec"])
+            kernel = qcompile.load(job["so"])
+            if prepared is None:  # the BCQ tensors do not depend on mu or the schedule
+                prepared = kernel.prepare(qweight=layer.qweight, scales=layer.scales,
+                                          qzeros=layer.qzeros)
+                copies = [prepared.tensors] + [
+                    tuple(t.clone() for t in prepared.tensors)
+                    for _ in range(copies_for(prepared.nbytes(), l2) - 1)]
+            y = torch.full((1, args.n), float("nan"), device="cuda")
+            kernel.function(x, *prepared.tensors, y)
+            torch.cuda.synchronize()
+            row["max_rel_error"] = (y - reference).abs().max().item() / scale
+            t = Timed(label(job), [lambda w=w, f=kernel.function, y=y: f(x, *w, y)
+                                   for w in copies], family_of(spec).bytes_read(spec))
+            t.prepare()
+            timed.append((row, t))
+            print(f"  [{time.monotonic() - started:4.0f} s] loaded {label(job)}: max rel error "
+                  f"{row['max_rel_error']:.1e}", flush=True)
+        except Exception as failure:  # noqa: BLE001 - keep the other variants
+            row["error"] = f"{type(failure).__name__}: {failure}"[:300]
+            print(f"  failed {label(job)}: {row['error']}", flush=True)
+    print(f"built and loaded {len(timed)} of {len(futures)} in {time.monotonic() - started:.0f} s;"
+          f" timing {args.rounds} rounds", flush=True)
+    for _ in range(args.rounds):
+        fp16.sample()
+        for _, t in timed:
+            t.sample()
+    fp16_us = fp16.result()["median_us"]
+    for row, t in timed:
+        result = t.result()
+        row.update(us=result["median_us"], tbps=result["tbps"],
+                   fraction_of_copy_bandwidth=result["tbps"] / copy["tbps"],
+                   fp16_linear_us=fp16_us, speedup_vs_fp16_linear=fp16_us / result["median_us"],
+                   method=result["method"])
+    return rows
+
+
+def report_sweep(rows: list[dict], args) -> str:
+    good = [r for r in rows if "us" in r and r["max_rel_error"] < 1e-4]
+    for r in sorted((r for r in rows if "us" in r), key=lambda r: r["us"]):
+        print(f"  {r['us']:7.1f} us {r['tbps']:5.2f} TB/s {r['speedup_vs_fp16_linear']:5.2f}x "
+              f"err {r['max_rel_error']:.0e}  {label(r)}")
+    for mu in sorted({r["mu"] for r in rows if "mu" in r}):
+        best = min((r for r in good if r["mu"] == mu), key=lambda r: r["us"], default=None)
+        if best:
+            print(f"best mu={mu}: {best['us']:.1f} us ({best['speedup_vs_fp16_linear']:.2f}x fp16 "
+                  f"linear {best['fp16_linear_us']:.1f} us): {label(best)}")
+    best = min(good, key=lambda r: r["us"], default=None)
+    if best is None:
+        return "FAIL no variant ran correctly"
+    ok = best["speedup_vs_fp16_linear"] >= TARGET_SPEEDUP
+    return (f"{'PASS' if ok else 'FAIL'} {args.bits}-bit g={args.group_size} {args.k}x{args.n} "
+            f"M=1: {best['speedup_vs_fp16_linear']:.2f}x fp16 linear (>= {TARGET_SPEEDUP}) with "
+            f"{label(best)}, max rel error {best['max_rel_error']:.1e}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="cuda")
-    parser.add_argument("--db", required=True, metavar="URL", help="local tuning database")
+    parser.add_argument("--db", metavar="URL", help="local tuning database (tuning mode)")
     parser.add_argument("--k", type=int, default=7168)
     parser.add_argument("--n", type=int, default=28672)
     parser.add_argument("--bits", type=int, default=3, help="planes q (default 3)")
@@ -112,11 +292,24 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--variants", metavar="grid|FILE",
+                        help="sweep pinned design-space points instead of tuning (see above)")
+    parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1),
+                        help="build processes for --variants")
+    parser.add_argument("--budget-s", type=float, default=140.0,
+                        help="--variants: load no new variant after this many seconds")
     args = parser.parse_args(argv)
+    started = time.monotonic()
+    if args.variants is None and args.db is None:
+        parser.error("--db is required unless --variants is given")
     if not torch.cuda.is_available():
         print("bench_bcq_cuda: no CUDA GPU visible to torch", file=sys.stderr)
         return 2
     preset = targets.get(args.target)
+    pool = futures = None
+    if args.variants is not None:
+        pool = ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"))
+        futures = submit_builds(args, pool)
     rng = np.random.default_rng(0)
     weight_f = rng.standard_normal((args.k, args.n)).astype(np.float32) * 0.02
     layer = quantize_rtn(weight_f, args.bits, args.group_size)
@@ -134,6 +327,20 @@ def main(argv=None) -> int:
                 "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                 "copy_bandwidth": copy, "rounds": args.rounds, "trials": args.trials,
                 "workloads": rows, "done_when": verdict}, indent=2) + "\n")
+
+    if args.variants is not None:
+        try:
+            rows = sweep(args, futures, layer, weight, x, copy, started)
+            verdict = report_sweep(rows, args)
+        except Exception:
+            traceback.print_exc()
+            verdict = "FAIL the sweep crashed"
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        print(verdict)
+        write(verdict)
+        print(f"done in {time.monotonic() - started:.0f} s")
+        return 1 if "crashed" in verdict or "no variant" in verdict else 0
 
     for mu in (int(v) for v in args.mus.split(",")):
         spec = BcqSpec(k=args.k, n=args.n, q=args.bits, group_size=args.group_size, mu=mu)

@@ -5,7 +5,9 @@ A thread block owns a tile of ``t_h`` outputs (N) and a slice of K of ``l`` tabl
 rows: ``groups_per_block`` whole groups, so each group's alpha and z stay in one block):
 
 1. its threads build the slice's ``l`` tables (2**mu signed sums of mu activations each) in
-   shared memory, once (the group sums of x that z needs come from a small kernel before);
+   shared memory, once, a thread per entry (mu terms summed in registers, one store), and the
+   slice's group sums of x that z needs from the tables' last entries (all bits set: the
+   plain sum of the chunk), a thread per group: no kernel before this one;
 2. each thread takes ``cols`` adjacent outputs (adjacent packed words), and per group, plane
    and chunk extracts the mu-bit key from the plane's word and adds the table entry; per group
    it scales the q plane sums by alpha, adds z * xsum,
@@ -27,7 +29,18 @@ unroll               ``pragma_auto_unroll_max_step`` on the chunks   -
 
 Sketches: packed words loaded where their chunks are looked up, or (``stage_words``, for groups
 of at most 16 words per column over all planes, g <= 128 at q = 4, and mu dividing 32) a group's
-words loaded into registers first, all loads in flight at once.
+words loaded into registers first, ``cols`` words per vector load (LDG.128 at cols = 4), all
+loads in flight at once; and that with the block's groups unrolled (``unroll_groups``): each
+lookup is then a shift, an AND, a shared load at key + constant offset and an add (4 SASS
+instructions at mu = 4, against 6 with the group offset computed per lookup), and the compiler
+issues later groups' loads among earlier groups' lookups.
+
+Cost model at M = 1 (why mu = 4 is the default on GPUs): a warp's lookup is one LDS
+wavefront (the 32 lanes read one table: at mu <= 5 its 2**mu words lie in distinct banks, so
+any keys are conflict-free), and an SM serves one wavefront per clock, so
+``q * K / mu * N / 32 / SMs`` clocks bound the kernel (18 us at 7168x28672, q = 3, mu = 4
+on an H200); at mu = 8 the 256-word tables give random keys ~3-4 way bank conflicts, more
+than the halved lookup count saves.
 
 mu is the spec's (it shapes the tables: ``tools/tune_bcq_cuda.py`` tunes each mu as its own
 workload). Combinations over the block's shared memory or thread limits are dropped by
@@ -39,7 +52,7 @@ from __future__ import annotations
 from qcompile._tvm import Schedule
 from qcompile.formats.bcq import WORD_BITS
 from qcompile.kernels.bcq.spec import BcqSpec
-from schedules.cuda.common import load_to_registers, unroll
+from schedules.cuda.common import VECTOR_BYTES, read_index, unroll
 from schedules.knobs import choose
 from schedules.loops import loops_below
 from targets.hardware import GpuHardware
@@ -62,16 +75,19 @@ def table_bytes(spec: BcqSpec, groups_per_block: int) -> int:
     return spec.m * groups_per_block * spec.chunks_per_group * (1 << spec.mu) * 4
 
 
-def knob_candidates(spec: BcqSpec, hw: GpuHardware | None = None) -> dict[str, list[int]]:
+def knob_candidates(spec: BcqSpec, hw: GpuHardware | None = None,
+                    stage_words: bool = False) -> dict[str, list[int]]:
     """Every knob's candidates for ``spec``; each divides the loop it splits, and the tables of
-    ``groups_per_block`` groups fit the block's shared memory."""
+    ``groups_per_block`` groups fit the block's shared memory. With ``stage_words`` a thread's
+    ``cols`` words are one vector load, so cols is at most 4 (128 bits)."""
     limit = min(SHARED_BYTES, hw.shared_memory_per_block_bytes) if hw else SHARED_BYTES
     groups = [v for v in GROUPS_PER_BLOCK
               if spec.groups % v == 0 and table_bytes(spec, v) <= limit]
     if not groups:
         groups = [1]
     threads = [v for v in THREADS if spec.n % v == 0] or [spec.n]
-    cols = [v for v in COLS if spec.n % (v * min(threads)) == 0]
+    cols = [v for v in COLS if spec.n % (v * min(threads)) == 0
+            and (not stage_words or v * 4 <= VECTOR_BYTES)]
     return {"threads": threads, "cols": cols, "groups_per_block": groups,
             "unroll": list(UNROLL)}
 
@@ -93,19 +109,24 @@ def can_stage_words(spec: BcqSpec) -> bool:
 
 
 def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = None,
-           stage_words: bool = False) -> Schedule:
+           stage_words: bool = False, unroll_groups: bool = False) -> Schedule:
     """The layout above; knobs sampled, or pinned by ``fixed`` ({knob: value}).
 
     ``stage_words`` loads a group's packed words of every plane into registers before its
-    lookups (all loads in flight at once; the chunk loop fully unrolled), for groups of at most
-    ``MAX_STAGED_WORDS`` words per column; otherwise each word is loaded where its chunks are
-    looked up.
+    lookups (all loads in flight at once, ``cols`` adjacent columns per vector load: LDG.128 at
+    cols = 4; the chunk loop fully unrolled), for groups of at most ``MAX_STAGED_WORDS`` words
+    per column; otherwise each word is loaded where its chunks are looked up.
+    ``unroll_groups`` (with ``stage_words``) unrolls the block's loop over its groups: every
+    table offset becomes a constant of the shared-memory address (key + immediate) and the
+    compiler may issue the next group's loads before this group's lookups.
     """
     if stage_words and not can_stage_words(spec):
         raise ValueError(f"stage_words needs mu dividing 32 and q * group_size / 32 <= "
                          f"{MAX_STAGED_WORDS}; {spec.name()} has mu={spec.mu}, "
                          f"{spec.q * spec.effective_group_size // WORD_BITS} words")
-    cands = knob_candidates(spec, hw)
+    if unroll_groups and not stage_words:
+        raise ValueError("unroll_groups needs stage_words (the chunk loop fully unrolled)")
+    cands = knob_candidates(spec, hw, stage_words=stage_words)
     rv = {name: choose(sch, name, cands[name], fixed) for name in _KNOBS}
 
     combine = sch.get_sblock("combine")
@@ -132,28 +153,36 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
     sch.reorder(r_out, r_in, d_g, d_i, d_m, d_n)
     unroll(sch, r_in, d_g, d_i, d_m, d_n)
     if stage_words:
-        load_to_registers(sch, dot, "planes", g_in, 1)
+        words = sch.cache_read(dot, read_index(sch, dot, "planes"), "local")
+        sch.compute_at(words, g_in, preserve_unit_loops=True)
+        *outer, columns = loops_below(sch, words, g_in)
+        _, lanes = sch.split(columns, factors=[None, rv["cols"]])
+        sch.vectorize(lanes)                               # cols words: one vector load
+        unroll(sch, *outer)
         sch.unroll(r_out)
+        if unroll_groups:
+            sch.unroll(g_in)
     else:
         sch.annotate(r_out, "pragma_auto_unroll_max_step", rv["unroll"])
         sch.annotate(r_out, "pragma_unroll_explicit", 1)
     sch.decompose_reduction(dot, r_out)
 
-    # The slice's tables: shared memory, every thread of the block taking a share.
+    # The slice's group sums of x, from its tables' last entries: per (row, group) a sum over
+    # the block's threads (a cross-thread reduction: shuffles; any number of groups, no guard
+    # around a shared accumulator). The slice's tables: a thread per entry (its mu signed
+    # terms summed in registers, one store), every thread of the block taking a share. Both in
+    # shared memory, placed before either is split (the tables' region follows the consumers).
+    x_sum = sch.get_sblock("x_sum")
+    sch.set_scope(x_sum, 0, "shared")
+    sch.compute_at(x_sum, g_b, preserve_unit_loops=True)
     lut = sch.get_sblock("lut")
     sch.set_scope(lut, 0, "shared")
     sch.compute_at(lut, g_b, preserve_unit_loops=True)
-    *spatial, reduce = loops_below(sch, lut, g_b)
-    _, lane = sch.split(sch.fuse(*spatial), factors=[None, rv["threads"]])
+    _, lane = sch.split(sch.fuse(*loops_below(sch, lut, g_b)), factors=[None, rv["threads"]])
     sch.bind(lane, "threadIdx.x")
-    sch.unroll(reduce)
-
-    # The group sums of x: a small first kernel, a thread per (row, group).
-    x_sum = sch.get_sblock("x_sum")
-    s_m, s_g, s_r = sch.get_loops(x_sum)
-    s_b, s_t = sch.split(sch.fuse(s_m, s_g), factors=[None, 32])
-    sch.bind(s_b, "blockIdx.x")
-    sch.bind(s_t, "threadIdx.x")
+    *_, chunks = loops_below(sch, x_sum, g_b)
+    _, lane = sch.split(chunks, factors=[None, rv["threads"]])
+    sch.bind(lane, "threadIdx.x")
 
     # Partial sums over the K slices: a second kernel, one thread per output.
     final = sch.get_sblock("combine")
@@ -166,32 +195,50 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
     return sch
 
 
+#: Outputs per block the heuristic aims at (threads * cols): the block builds its tables once
+#: for them, so a wider tile spends fewer instructions per lookup on building.
+HEURISTIC_TILE = 512
+#: Blocks per SM the heuristic wants at least (32 warps at 128 threads; K slices are added
+#: until there are as many).
+HEURISTIC_BLOCKS_PER_SM = 8
+
+
 def heuristic_knobs(spec: BcqSpec, hw: GpuHardware) -> dict[str, int]:
     """Valid, reasonable knobs without tuning.
 
-    A block builds ``2**mu * mu`` additions per table and does ``t_h * q`` lookups in it, so
-    ``t_h`` grows with the tables: about ``2**mu * mu`` outputs per block (2048 at mu = 8, the
-    paper's practical t_h; at least 128), up to 256 threads of up to 8 outputs; the most groups
-    per block whose tables fit in 16 KiB (several blocks per SM); unroll 16.
+    128 threads of up to 4 outputs (``t_h`` up to :data:`HEURISTIC_TILE`: the tables, built by
+    every block, then cost a few percent of the lookups), and the largest groups per block
+    (fewer K slices: less partial-sum traffic) that still gives about
+    :data:`HEURISTIC_BLOCKS_PER_SM` blocks per SM (all resident in one wave, loads of many
+    blocks in flight), with tables of at most 16 KiB; unroll 16 where words are not staged.
     """
-    cands = knob_candidates(spec, hw)
-    want = max(128, (1 << spec.mu) * spec.mu)
-    threads = max([v for v in cands["threads"] if v <= min(256, want)] or [cands["threads"][0]])
-    cols = max([v for v in cands["cols"] if spec.n % (v * threads) == 0 and v * threads <= want]
-               or [1])
-    groups = max([v for v in cands["groups_per_block"] if table_bytes(spec, v) <= 16 * 1024]
-                 or [cands["groups_per_block"][0]])
+    stage = can_stage_words(spec)
+    cands = knob_candidates(spec, hw, stage_words=stage)
+    threads = max([v for v in cands["threads"] if v <= 128] or [cands["threads"][0]])
+    cols = max([v for v in cands["cols"]
+                if spec.n % (v * threads) == 0 and v * threads <= HEURISTIC_TILE] or [1])
+    fitting = [v for v in cands["groups_per_block"] if table_bytes(spec, v) <= 16 * 1024]
+    fitting = fitting or [cands["groups_per_block"][0]]
+    tiles = spec.n // (threads * cols)
+    wanted = HEURISTIC_BLOCKS_PER_SM * hw.sm_count
+    enough = [v for v in fitting if tiles * (spec.groups // v) >= wanted]
+    groups = max(enough) if enough else min(fitting)
     return {"threads": threads, "cols": cols, "groups_per_block": groups, "unroll": 16}
 
 
 def heuristic_schedule(sch: Schedule, spec: BcqSpec, hw: GpuHardware) -> Schedule:
     """The schedule of :func:`heuristic_knobs` (a valid kernel without tuning), with the words
-    staged in registers where they fit."""
-    return sketch(sch, spec, hw, heuristic_knobs(spec, hw), stage_words=can_stage_words(spec))
+    staged in registers and the groups unrolled where the words fit."""
+    stage = can_stage_words(spec)
+    return sketch(sch, spec, hw, heuristic_knobs(spec, hw), stage_words=stage,
+                  unroll_groups=stage)
 
 
 def design_space(sch: Schedule, spec: BcqSpec, hw: GpuHardware) -> list[Schedule]:
-    """The sketch with words loaded in place, and with words staged in registers where they
-    fit; knobs left as sampled decisions."""
-    stages = (False, True) if can_stage_words(spec) else (False,)
-    return [sketch(sch.copy(), spec, hw, stage_words=stage) for stage in stages]
+    """Sketches: words loaded in place; where they fit, words staged in registers, with the
+    block's groups looped or unrolled. Knobs left as sampled decisions."""
+    sketches = [(False, False)]
+    if can_stage_words(spec):
+        sketches += [(True, False), (True, True)]
+    return [sketch(sch.copy(), spec, hw, stage_words=stage, unroll_groups=groups)
+            for stage, groups in sketches]

@@ -42,6 +42,31 @@ def test_untuned_kernels_are_correct(tmp_path, q, group_size, mu, m):
     assert relative_error(y, FAMILY.reference(spec, x.cpu().numpy(), **tensors)) < 1e-5
 
 
+@pytest.mark.parametrize("knobs,stage_words,unroll_groups", [
+    (dict(threads=128, cols=4, groups_per_block=2, unroll=16), True, True),
+    (dict(threads=256, cols=2, groups_per_block=4, unroll=16), True, False),
+    (dict(threads=64, cols=1, groups_per_block=1, unroll=16), False, False),
+])
+def test_sketches_are_correct(tmp_path, knobs, stage_words, unroll_groups):
+    """Every sketch of the space (in-place words, staged, staged with the groups unrolled)."""
+    from qcompile import _tvm
+    from qcompile.build import export
+    from schedules.cuda import bcq as cuda_bcq
+
+    spec = BcqSpec(k=2048, n=2048, q=3, group_size=128, mu=4)
+    hw = PRESET.hardware()
+    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    sch = cuda_bcq.sketch(_tvm.Schedule(mod), spec, hw, knobs, stage_words=stage_words,
+                          unroll_groups=unroll_groups)
+    so, _ = export(spec, PRESET, _tvm.Target(PRESET.tvm_target(hw)), sch.mod, tmp_path,
+                   {"id": None})
+    kernel = qcompile.load(so)
+    tensors = FAMILY.example_tensors(spec, np.random.default_rng(5))
+    x = torch.randn(1, spec.k, device="cuda")
+    y = kernel(x, kernel.prepare(**tensors))
+    assert relative_error(y, FAMILY.reference(spec, x.cpu().numpy(), **tensors)) < 1e-5
+
+
 def test_uniform_weights_match_the_uniform_kernel_on_the_gpu(tmp_path):
     k, n = 2048, 1024
     rng = np.random.default_rng(3)

@@ -5,6 +5,16 @@
     xsum[m, g]      = sum_{k in group g} x[m, k]
     y[m, n]         = sum_g (sum_i alpha[g, i, n] * dot[m, g, i, n] + z[g, n] * xsum[m, g])
 
+On GPUs (:func:`bcq_compute` with ``gpu=True``) two blocks take another form with the same
+values: ``lut`` is spatial, each entry the sum of its mu signed terms written once (a thread
+builds an entry in registers and stores it once, no read-modify-write of shared memory), and
+``x_sum`` adds up the tables' last entries (bits all set: ``table[m, c, 2**mu - 1] = sum_j
+x[m, c*mu + j]``), so a thread block forms its groups' sums from its own tables and needs no
+kernel before it:
+
+    table[m, c, e]  = sum_{j < mu} (+-x[m, c*mu + j])          (one expression, mu terms)
+    xsum[m, g]      = sum_{c in group g} table[m, c, 2**mu - 1]
+
 ``key_i(c, n)`` is the mu sign bits of plane i, rows c*mu .. c*mu+mu-1, column n: mu
 consecutive bits of one packed word (or of two, when mu does not divide 32). The tables are
 built once per call (block ``lut``, 2**mu entries for every mu activations) and then every
@@ -75,8 +85,19 @@ def planes_sum(alpha, dot, m, g, n, q: int):
     return total
 
 
-def bcq_compute(spec: BcqSpec):
-    """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes)."""
+def signed_sum(x, m, c, e, mu: int):
+    """float32 expression: the table entry, ``sum_j signed_term(j)`` (mu terms, unrolled)."""
+    total = signed_term(x, m, c, e, 0, mu)
+    for j in range(1, mu):
+        total = total + signed_term(x, m, c, e, j, mu)
+    return total
+
+
+def bcq_compute(spec: BcqSpec, gpu: bool = False):
+    """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes);
+    ``gpu`` selects the GPU form of ``lut`` and ``x_sum`` (see the module docstring)."""
+    if gpu:
+        return _bcq_compute_gpu(spec)
     M, K, N, G, Q = spec.m, spec.k, spec.n, spec.groups, spec.q
     mu, gsize, cpg = spec.mu, spec.effective_group_size, spec.chunks_per_group
     C, E, W = spec.chunks, 1 << spec.mu, spec.words
@@ -106,6 +127,52 @@ def bcq_compute(spec: BcqSpec):
                 with T.init():
                     x_sum[vm, vg] = T.float32(0)
                 x_sum[vm, vg] = x_sum[vm, vg] + x[vm, vg * gsize + vr]
+        for m, g, i, n, r in T.grid(M, G, Q, N, cpg):
+            with T.sblock("group_dot"):
+                vm, vg, vi, vn, vr = T.axis.remap("SSSSR", [m, g, i, n, r])
+                with T.init():
+                    dot[vm, vg, vi, vn] = T.float32(0)
+                dot[vm, vg, vi, vn] = dot[vm, vg, vi, vn] + table[
+                    vm, vg * cpg + vr, key_expr(planes, vi, vg * cpg + vr, vn, mu)]
+        for m, n, g in T.grid(M, N, G):
+            with T.sblock("combine"):
+                vm, vn, vg = T.axis.remap("SSR", [m, n, g])
+                with T.init():
+                    y[vm, vn] = T.float32(0)
+                y[vm, vn] = y[vm, vn] + (planes_sum(alpha, dot, vm, vg, vn, Q)
+                                         + z[vg, vn] * x_sum[vm, vg])
+
+    return bcq_gemm
+
+
+def _bcq_compute_gpu(spec: BcqSpec):
+    M, K, N, G, Q = spec.m, spec.k, spec.n, spec.groups, spec.q
+    mu, cpg = spec.mu, spec.chunks_per_group
+    C, E, W = spec.chunks, 1 << spec.mu, spec.words
+    attrs = spec.func_attrs()
+
+    @T.prim_func(s_tir=True)
+    def bcq_gemm(
+        x: T.Buffer((M, K), "float32"),
+        planes: T.Buffer((Q, W, N), "int32"),
+        alpha: T.Buffer((G, Q, N), "float16"),
+        z: T.Buffer((G, N), "float32"),
+        y: T.Buffer((M, N), "float32"),
+    ):
+        T.func_attr(attrs)
+        table = T.sblock_alloc_buffer((M, C, E), "float32")
+        x_sum = T.sblock_alloc_buffer((M, G), "float32")
+        dot = T.sblock_alloc_buffer((M, G, Q, N), "float32")
+        for m, c, e in T.grid(M, C, E):
+            with T.sblock("lut"):
+                vm, vc, ve = T.axis.remap("SSS", [m, c, e])
+                table[vm, vc, ve] = signed_sum(x, vm, vc, ve, mu)
+        for m, g, r in T.grid(M, G, cpg):
+            with T.sblock("x_sum"):
+                vm, vg, vr = T.axis.remap("SSR", [m, g, r])
+                with T.init():
+                    x_sum[vm, vg] = T.float32(0)
+                x_sum[vm, vg] = x_sum[vm, vg] + table[vm, vg * cpg + vr, E - 1]
         for m, g, i, n, r in T.grid(M, G, Q, N, cpg):
             with T.sblock("group_dot"):
                 vm, vg, vi, vn, vr = T.axis.remap("SSSSR", [m, g, i, n, r])

@@ -37,8 +37,13 @@ class BcqFamily(KernelFamily):
         return bcq_compute(spec)
 
     def compute_for(self, spec: BcqSpec, target_kind: str):
-        """The same TensorIR on CPUs and GPUs; the GPU design space stages the tables in shared
-        memory per thread block (schedules/cuda/bcq.py)."""
+        """On GPUs the tables are built entry by entry and the group sums of x come from them
+        (compute.py's GPU form): each thread block builds its slice's tables in shared memory
+        and sums its own groups (schedules/cuda/bcq.py)."""
+        if target_kind == "cuda":
+            from qcompile.kernels.bcq.compute import bcq_compute
+
+            return bcq_compute(spec, gpu=True)
         return self.compute(spec)
 
     def bcq_tensors(self, spec: BcqSpec, *, weight=None, qweight=None, scales=None, qzeros=None,

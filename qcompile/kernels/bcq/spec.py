@@ -37,7 +37,7 @@ class BcqSpec(GroupsAlongK, KernelSpec):
     """
 
     family: ClassVar[str] = "bcq"
-    compute_version: ClassVar[int] = 1
+    compute_version: ClassVar[int] = 2
 
     k: int
     n: int

@@ -1,0 +1,24 @@
+"""The H200 sweep's built-in grid (tools/bench_bcq_cuda.py --variants grid): small enough for one
+call of under 3 minutes, the heuristic first per mu, every point a candidate of its sketch."""
+
+import targets
+from qcompile.kernels import BcqSpec
+from schedules.cuda import bcq as cuda_bcq
+from tools.bench_bcq_cuda import grid_variants
+
+
+def test_grid_is_the_heuristic_and_valid_neighbours():
+    hw = targets.get("cuda").hardware()
+    variants = grid_variants(7168, 28672, 3, 128, [4, 8])
+    assert len(variants) <= 30
+    for mu in (4, 8):
+        spec = BcqSpec(k=7168, n=28672, q=3, group_size=128, mu=mu)
+        mine = [v for v in variants if v["mu"] == mu]
+        assert mine[0]["heuristic"] and mine[0]["knobs"] == cuda_bcq.heuristic_knobs(spec, hw)
+        for v in mine:
+            cands = cuda_bcq.knob_candidates(spec, hw, stage_words=v["stage_words"])
+            assert all(value in cands[name] for name, value in v["knobs"].items()), v
+            assert not v["unroll_groups"] or v["stage_words"]
+    keys = [(v["mu"], tuple(v["knobs"].items()), v["stage_words"], v["unroll_groups"])
+            for v in variants]
+    assert len(keys) == len(set(keys))
