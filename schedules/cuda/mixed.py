@@ -45,9 +45,16 @@ from targets.hardware import GpuHardware
 
 K_LANES = (1, 2, 4, 8, 16, 32)
 N_LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+LOAD_GROUPS = (1, 2, 4, 8)
 UNROLL = (0, 64, 512)
 ORDERS = ("sync", "async")
 
+#: Suffix of the sketches whose K lanes are warps (``threadIdx.y``) and whose warps' threads
+#: run over N (``threadIdx.x``): as uniform's ``+k_warps``.
+K_WARPS = "+k_warps"
+SKETCHES = tuple(order + suffix for suffix in ("", K_WARPS) for order in ORDERS)
+
+_KNOBS = ("k_lanes", "n_lanes", "load_groups", "unroll")
 _FIELDS = {"2": 16, "4": 8}
 
 
@@ -60,59 +67,83 @@ def vector_width(spec: MixedSpec) -> int:
 
 
 def knob_candidates(spec: MixedSpec) -> dict[str, list[int]]:
-    """Every knob's candidates for ``spec``: each divides the loop it splits."""
+    """Every knob's candidates for ``spec``: each divides the loop it splits (``load_groups``
+    divides the 2-bit groups of a lane at the largest ``k_lanes``)."""
     lay = spec.layout
     columns = spec.n // vector_width(spec)
+    k_lanes = [v for v in K_LANES if lay.groups2 % v == 0 and lay.scale_groups4 % v == 0]
     return {
-        "k_lanes": [v for v in K_LANES if lay.groups2 % v == 0 and lay.scale_groups4 % v == 0],
+        "k_lanes": k_lanes,
         "n_lanes": [v for v in N_LANES if columns % v == 0],
+        "load_groups": [v for v in LOAD_GROUPS if lay.groups2 % (v * max(k_lanes)) == 0
+                        and (lay.g4 // _FIELDS["4"]) % v == 0],
         "unroll": list(UNROLL),
     }
 
 
-def _rfactor(sch: Schedule, part: str, k_lanes):
+def split_sketch(name: str) -> tuple[str, bool]:
+    """(order, K lanes across warps) of sketch ``name`` ("async", "sync+k_warps", ...)."""
+    order = name.removesuffix(K_WARPS)
+    if order not in ORDERS:
+        raise ValueError(f"sketch must be one of {SKETCHES}; got {name!r}")
+    return order, name.endswith(K_WARPS)
+
+
+def _rfactor(sch: Schedule, part: str, k_lanes, load_groups=1):
     """Split ``combine<part>``'s groups over ``k_lanes`` lanes and rfactor them out, at the
-    root (rfactor wants the reduction first under its outermost loop). Returns (partial sums,
-    cross-lane reduction)."""
+    root (rfactor wants the reduction first under its outermost loop): lane t takes the
+    ``load_groups`` adjacent groups of each step, steps of ``k_lanes * load_groups`` groups.
+    Returns (partial sums, cross-lane reduction)."""
     combine = sch.get_sblock(f"combine{part}")
     _, _, g = sch.get_loops(combine)
-    _, g_t = sch.split(g, factors=[None, k_lanes])
+    _, g_t, _ = sch.split(g, factors=[None, k_lanes, load_groups])
     partial = sch.rfactor(g_t, factor_axis=0)
     return partial, combine
 
 
-def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, unroll_step,
-          order: str):
-    """One part's per-lane group loop and cross-lane reduction under ``thread_loop``."""
+def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, rv: dict,
+          order: str, k_axis: str):
+    """One part's per-lane group loop and cross-lane reduction under ``thread_loop``; the K
+    lanes are bound to ``k_axis``. The 2-bit part's group loop steps ``load_groups`` groups at
+    a time (their packed words loaded together, before the first decode)."""
     partial, combine = reductions
     sch.compute_at(combine, thread_loop, preserve_unit_loops=True)
     sch.set_scope(combine, 0, "shared")
     f_t, f_m, f_n = loops_below(sch, combine, thread_loop)  # rfactor put the lanes first
     sch.reorder(f_m, f_n, f_t)  # the reduced thread loop must be innermost
-    sch.bind(f_t, "threadIdx.x")
+    sch.bind(f_t, k_axis)
     sch.compute_at(partial, thread_loop, preserve_unit_loops=True)
     sch.set_scope(partial, 0, "local")
-    p_loops = loops_below(sch, partial, thread_loop)
-    p_t, p_m, p_n, p_o = p_loops
-    sch.reorder(p_t, p_o, p_m, p_n)
-    sch.bind(p_t, "threadIdx.x")
-    unroll(sch, p_m, p_n)
-    sch.annotate(p_o, "pragma_auto_unroll_max_step", unroll_step)
+    p_t, p_m, p_n, p_o, *p_b = loops_below(sch, partial, thread_loop)
+    sch.reorder(p_t, p_o, *p_b, p_m, p_n)  # p_b: the 2-bit step's groups, loaded together
+    sch.bind(p_t, k_axis)
+    unroll(sch, *p_b, p_m, p_n)
+    sch.annotate(p_o, "pragma_auto_unroll_max_step", rv["unroll"])
     sch.annotate(p_o, "pragma_unroll_explicit", 1)
 
+    # the per-group work: under the group loop, or under the step's group loop (p_b)
+    group = p_b[0] if p_b else p_o
     sch.compute_inline(sch.get_sblock(f"gather{part}"))
     dot = sch.get_sblock(f"group_dot{part}")
-    sch.compute_at(dot, p_o, preserve_unit_loops=True)
+    sch.compute_at(dot, group, preserve_unit_loops=True)
     sch.set_scope(dot, 0, "local")
-    d_m, d_g, d_n, d_r = loops_below(sch, dot, p_o)
-    words, fields = sch.split(d_r, factors=[None, _FIELDS[part]])
-    sch.reorder(d_g, words, fields, d_n, d_m)
-    unroll(sch, d_g, words, fields, d_n, d_m)
-    codes = load_to_registers(sch, dot, f"codes{part}", p_o, vector_width(spec))
+    d_m, d_g, d_n, d_r = loops_below(sch, dot, group)
+    if part == "2":  # a step's words come in together, before its first decode
+        words, fields = sch.split(d_r, factors=[None, _FIELDS[part]])
+        sch.reorder(d_g, words, fields, d_n, d_m)
+        unroll(sch, d_g, words, fields, d_n, d_m)
+        codes = load_to_registers(sch, dot, f"codes{part}", p_o, vector_width(spec))
+    else:  # a 4-bit group's words, load_groups at a time
+        batches, words, fields = sch.split(d_r, factors=[None, rv["load_groups"],
+                                                         _FIELDS[part]])
+        sch.reorder(d_g, batches, words, fields, d_n, d_m)
+        unroll(sch, d_g, words, fields, d_n, d_m)
+        codes = load_to_registers(sch, dot, f"codes{part}", batches, vector_width(spec))
+        words = batches
     total = sch.get_sblock(f"group_sum{part}")
-    sch.compute_at(total, p_o, preserve_unit_loops=True)
+    sch.compute_at(total, group, preserve_unit_loops=True)
     sch.set_scope(total, 0, "local")
-    unroll(sch, *loops_below(sch, total, p_o))
+    unroll(sch, *loops_below(sch, total, group))
     if part == "2":
         scale = sch.get_sblock("scale1")
         if order == "sync":
@@ -123,60 +154,105 @@ def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, un
             unroll(sch, *loops_below(sch, scale, p_o))
     sch.decompose_reduction(dot, words)
     sch.decompose_reduction(partial, p_o)
-    if order == "async":
-        _pipeline(sch, p_o, codes, "scale1" if part == "2" else None)
+    if order == "async" and part == "2":
+        _pipeline(sch, p_o, codes, "scale1")
+        sch.unroll(p_o)  # registers: the double buffers must be indexed by constants
     return codes
 
 
 def _pipeline(sch: Schedule, loop, codes, scale_name):
-    """Software-pipeline a lane's group loop in two stages: stage 0 requests the next group's
+    """Software-pipeline a lane's group loop in two stages: stage 0 requests the next step's
     packed words (128-bit loads into a second register buffer) and then dequantizes its
-    first-order scales from the second-order ones; stage 1 decodes and accumulates this group.
-    So the scale arithmetic and the current group's work run while the next words are in
+    first-order scales from the second-order ones; stage 1 decodes and accumulates this step.
+    So the scale arithmetic and the current step's work run while the next words are in
     flight (section 5's overlap, with registers where the paper stages in shared memory)."""
-    names = [sch.get(block).name_hint for block in sch.get_child_blocks(loop)]
-    names = [name for name in names if not name.endswith("_init")]  # merged by lowering
-    early = [sch.get(codes).name_hint] + ([scale_name] if scale_name else [])
-    stages = [0 if name in early else 1 for name in names]
-    order = sorted(range(len(names)), key=lambda i: (stages[i], i))
+    early = {sch.get(codes).name_hint} | ({scale_name} if scale_name else set())
+    parent = sch.get(loop)
+    stmts, stages = [], []  # the loop body's statements: the subtrees its blocks live in
+    for block in sch.get_child_blocks(loop):
+        loops = [sch.get(rv) for rv in sch.get_loops(block)]
+        depth = next(i for i, node in enumerate(loops) if node.same_as(parent))
+        top = loops[depth + 1] if depth + 1 < len(loops) else sch.get(block)
+        stage = 0 if sch.get(block).name_hint in early else 1
+        if stmts and stmts[-1].same_as(top):
+            stages[-1] = min(stages[-1], stage)
+        else:
+            stmts.append(top)
+            stages.append(stage)
+    order = sorted(range(len(stmts)), key=lambda i: (stages[i], i))
     sch.annotate(loop, "software_pipeline_stage", stages)
-    sch.annotate(loop, "software_pipeline_order", [order.index(i) for i in range(len(names))])
+    sch.annotate(loop, "software_pipeline_order", [order.index(i) for i in range(len(stmts))])
 
 
 def sketch(sch: Schedule, spec: MixedSpec, hw: GpuHardware, order: str,
-           fixed: dict | None = None) -> Schedule:
-    """The layout above with dequantization ``order`` ("sync"/"async"); ``fixed`` pins knobs."""
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}; got {order!r}")
+           fixed: dict | None = None, prior: dict | None = None) -> Schedule:
+    """The layout above for sketch ``order`` (a name of :data:`SKETCHES`: the dequantization
+    order, with :data:`K_WARPS` appended for K lanes across warps); ``fixed`` pins knobs,
+    ``prior`` favours values (:func:`schedules.knobs.choose`)."""
+    order, k_warps = split_sketch(order)
+    n_axis, k_axis = ("threadIdx.x", "threadIdx.y") if k_warps else ("threadIdx.y",
+                                                                      "threadIdx.x")
     cands = knob_candidates(spec)
-    rv = {name: choose(sch, name, cands[name], fixed) for name in ("k_lanes", "n_lanes",
-                                                                  "unroll")}
+    rv = {name: choose(sch, name, cands[name], fixed, prior) for name in _KNOBS}
     vec = vector_width(spec)
     finish = sch.get_sblock("finish")
     m, n = sch.get_loops(finish)
     n_b, n_t, n_e = sch.split(n, factors=[None, rv["n_lanes"], vec])
     sch.reorder(n_b, n_t, m, n_e)
     sch.bind(n_b, "blockIdx.x")
-    sch.bind(n_t, "threadIdx.y")
-    reductions = {part: _rfactor(sch, part, rv["k_lanes"]) for part in ("2", "4")}
+    sch.bind(n_t, n_axis)
+    reductions = {"2": _rfactor(sch, "2", rv["k_lanes"], rv["load_groups"]),
+                  "4": _rfactor(sch, "4", rv["k_lanes"])}
     for part in ("2", "4"):
-        _part(sch, spec, part, n_t, reductions[part], rv["unroll"], order)
+        _part(sch, spec, part, n_t, reductions[part], rv, order, k_axis)
     # finish: the thread's M x vec outputs shared among its k lanes (one writer per output)
     _, f_lane = sch.split(sch.fuse(m, n_e), factors=[None, rv["k_lanes"]])
-    sch.bind(f_lane, "threadIdx.x")
+    sch.bind(f_lane, k_axis)
     return sch
 
 
 def design_space(sch: Schedule, spec: MixedSpec, hw: GpuHardware) -> list[Schedule]:
-    """Both dequantization orders, knobs sampled."""
-    return [sketch(sch.copy(), spec, hw, order) for order in ORDERS]
+    """Every sketch (both orders, both K-lane layouts), knobs sampled, the heuristic's knobs
+    as priors in its layout."""
+    name, knobs = heuristic_knobs(spec, hw)
+    _, k_warps = split_sketch(name)
+    return [sketch(sch.copy(), spec, hw, s, prior=knobs if split_sketch(s)[1] == k_warps
+                   else None) for s in SKETCHES]
+
+
+#: Threads per block of the heuristic (``+k_warps``).
+HEURISTIC_BLOCK_THREADS = 256
+#: 2-bit groups whose words each thread has in flight (one 128-bit load each).
+HEURISTIC_LOAD_GROUPS = 4
+
+
+def heuristic_knobs(spec: MixedSpec, hw: GpuHardware,
+                    order: str = "async") -> tuple[str, dict[str, int]]:
+    """A sketch and knob values that are valid and reasonable without tuning.
+
+    K lanes across warps (``+k_warps``): 8 threads of a warp over N (128 contiguous bytes per
+    packed row; more when N is too small to give each SM four blocks), K lanes filling a block
+    of :data:`HEURISTIC_BLOCK_THREADS`; :data:`HEURISTIC_LOAD_GROUPS` 2-bit groups' words
+    requested together.
+    """
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}; got {order!r}")
+    cands = knob_candidates(spec)
+    columns = spec.n // vector_width(spec)
+    fitting = [v for v in cands["n_lanes"] if v <= 32]
+    n_lanes = min([v for v in fitting if v >= 8] or fitting, key=lambda v: abs(v - 8))
+    while n_lanes > 1 and columns // n_lanes < hw.sm_count and n_lanes // 2 in fitting:
+        n_lanes //= 2
+    k_lanes = max([v for v in cands["k_lanes"] if v * n_lanes <= HEURISTIC_BLOCK_THREADS]
+                  or [1])
+    load_groups = max([v for v in cands["load_groups"] if v <= HEURISTIC_LOAD_GROUPS] or [1])
+    knobs = {"k_lanes": k_lanes, "n_lanes": n_lanes, "load_groups": load_groups,
+             "unroll": 64}
+    return order + K_WARPS, knobs
 
 
 def heuristic_schedule(sch: Schedule, spec: MixedSpec, hw: GpuHardware,
                        order: str = "async") -> Schedule:
-    """A valid schedule without tuning: 8 lanes over groups (or the most that divide), 32
-    threads over N (or the most that divide)."""
-    cands = knob_candidates(spec)
-    fixed = {"k_lanes": max(v for v in cands["k_lanes"] if v <= 8),
-             "n_lanes": max(v for v in cands["n_lanes"] if v <= 32), "unroll": 64}
-    return sketch(sch, spec, hw, order, fixed)
+    """The schedule of :func:`heuristic_knobs` in dequantization ``order``."""
+    name, knobs = heuristic_knobs(spec, hw, order)
+    return sketch(sch, spec, hw, name, knobs)

@@ -19,7 +19,8 @@ FAMILY = get_family("mixed")
 PRESET = targets.get("cuda")
 HW = PRESET.hardware()
 TARGET = _tvm.Target(PRESET.tvm_target())
-KNOBS = {"k_lanes": 4, "n_lanes": 8, "unroll": 64}
+KNOBS = {"k_lanes": 4, "n_lanes": 8, "load_groups": 1, "unroll": 64}
+WARPS = {"k_lanes": 4, "n_lanes": 8, "load_groups": 4, "unroll": 64}
 
 
 def schedule(spec, order, knobs=KNOBS):
@@ -37,11 +38,19 @@ def cuda_source(sch) -> str:
 @pytest.mark.parametrize(("spec", "knobs", "order"), [
     (MixedSpec(k=1024, n=256, g4=64, outlier_share=0.01), KNOBS, "sync"),
     (MixedSpec(k=1024, n=256, g4=64, outlier_share=0.01), KNOBS, "async"),
-    (MixedSpec(k=1024, n=256, m=3, g4=64), {"k_lanes": 2, "n_lanes": 16, "unroll": 0},
-     "async"),
+    (MixedSpec(k=1024, n=256, m=3, g4=64),
+     {"k_lanes": 2, "n_lanes": 16, "load_groups": 2, "unroll": 0}, "async"),
     (MixedSpec(k=2048, n=128, g1=32, g2=8, g4=128, outlier_share=0.0),
-     {"k_lanes": 4, "n_lanes": 4, "unroll": 512}, "sync"),
-], ids=["gemv-1pct-sync", "gemv-1pct-async", "m3-async", "g32-no-outliers-sync"])
+     {"k_lanes": 4, "n_lanes": 4, "load_groups": 1, "unroll": 512}, "sync"),
+    (MixedSpec(k=1024, n=256, outlier_share=0.01), WARPS, "sync+k_warps"),
+    (MixedSpec(k=1024, n=256, outlier_share=0.01), WARPS, "async+k_warps"),
+    (MixedSpec(k=1024, n=256, m=3, g4=64),
+     {"k_lanes": 2, "n_lanes": 16, "load_groups": 2, "unroll": 0}, "async+k_warps"),
+    (MixedSpec(k=2048, n=128, g1=32, g2=8, g4=128, outlier_share=0.0),
+     {"k_lanes": 4, "n_lanes": 8, "load_groups": 2, "unroll": 512}, "sync+k_warps"),
+], ids=["gemv-1pct-sync", "gemv-1pct-async", "m3-async", "g32-no-outliers-sync",
+        "warps-gemv-1pct-sync", "warps-gemv-1pct-async", "warps-m3-async",
+        "warps-g32-no-outliers-sync"])
 def test_emulated_kernel_matches_reference(spec, knobs, order):
     sch = schedule(spec, order, knobs)
     rng = np.random.default_rng(spec.k + spec.m)
@@ -78,10 +87,35 @@ def test_design_space_offers_both_orders_with_valid_knobs():
     assert max(cands["n_lanes"]) == 256
     mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
     spaces = get_design_space(spec, "cuda")(_tvm.Schedule(mod, seed=3), spec, HW)
-    assert len(spaces) == 2
+    assert len(spaces) == len(cuda_mixed.SKETCHES) == 4  # 2 orders x 2 K-lane layouts
     for sch in spaces:
         names = [inst.kind.name for inst in sch.trace.insts]
-        assert names.count("SampleCategorical") == 3
+        assert names.count("SampleCategorical") == 4
+
+
+def test_k_warps_layout_reads_whole_rows_per_warp():
+    """``+k_warps``: threadIdx.x over N (a warp's 128-bit loads cover adjacent columns of one
+    packed row), the K lanes on threadIdx.y meet through shared memory, ``load_groups`` 2-bit
+    groups' words requested before the first decode (async: double-buffered, in registers)."""
+    spec = MixedSpec(k=1024, n=256, g4=64)
+    for order in cuda_mixed.ORDERS:
+        source = cuda_source(schedule(spec, order + cuda_mixed.K_WARPS, WARPS))
+        loads = re.findall(r"\*\(int4\*\)\(codes2_ptr \+ ([^;]*)\);", source)
+        assert loads and all("((int)threadIdx.x) * 4)" in load for load in loads)
+        assert "red_buf" in source  # the cross-warp reduction in shared memory
+        buffered = 2 if order == "async" else 1
+        assert f"int codes2_local_ptr[{4 * 4 * buffered}]" in source
+        assert "local_ptr[((" not in source  # no register array indexed by a variable
+
+
+def test_heuristic_fills_the_sms_with_k_warps():
+    spec = MixedSpec(k=8192, n=28672)
+    for order in cuda_mixed.ORDERS:
+        name, knobs = cuda_mixed.heuristic_knobs(spec, HW, order)
+        assert name == order + cuda_mixed.K_WARPS
+        assert knobs == {"k_lanes": 32, "n_lanes": 8, "load_groups": 4, "unroll": 64}
+        blocks = spec.n // cuda_mixed.vector_width(spec) // knobs["n_lanes"]
+        assert blocks >= 4 * HW.sm_count  # 896 blocks of 256 threads
 
 
 def test_heuristic_schedule_builds():
