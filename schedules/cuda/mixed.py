@@ -1,37 +1,59 @@
 """CUDA design space of the mixed family (qcompile/kernels/mixed/compute.py), one kernel:
 both parts, the second-order scale dequantization and the CSR outliers in one launch.
 
-Blocks run over N tiles (``blockIdx.x``); in a block, ``n_lanes`` threads over N
-(``threadIdx.y``), each owning ``vec`` adjacent columns (their packed words arrive in one 128-bit
-load per packed row), and ``k_lanes`` lanes of a warp over the groups (``threadIdx.x``): lane t
-takes groups t, t + k_lanes, ... of each part, sums them in registers (an rfactor of
-``combine2``/``combine4``), and the lanes meet in a warp-shuffle reduction into shared memory;
-``finish`` adds the parts and walks the column's CSR outliers. x is read through the group order
-from global memory (L1-resident); group sums are formed per group by the lane that uses them.
+Blocks run over N tiles (``blockIdx.x``); in a block, ``n_lanes`` threads over N, each owning
+``vec`` adjacent columns (their packed words arrive in one 128-bit load per packed row), and
+``k_lanes`` lanes over the groups: lane t takes the ``load_groups`` adjacent 2-bit groups of each
+step (steps of ``k_lanes * load_groups`` groups; the words of a step's groups are requested
+together, before the first decode) and the 4-bit scale groups t, t + k_lanes, ... (their words
+``load_groups`` at a time), sums them in registers (an rfactor of ``combine2``/``combine4``),
+and the lanes meet in a cross-thread reduction into shared memory; ``finish`` adds the parts and
+walks the column's CSR outliers. x is read through the group order from global memory
+(L1-resident); group sums are formed per group by the lane that uses them.
 
-Section 5's dequantization order is the structural knob ``order`` (one design space each):
+Two layouts of the lanes (sketch name suffix):
+
+``""`` (K lanes in a warp)
+    N threads on ``threadIdx.y``, K lanes on ``threadIdx.x``: the lanes of a column meet in a
+    warp-shuffle reduction; a warp's 128-bit loads read ``32 / k_lanes`` short runs of
+    ``k_lanes`` rows.
+``+k_warps`` (K lanes across warps, as uniform's ``+k_warps``)
+    N threads on ``threadIdx.x`` (a warp's 128-bit loads read ``min(32, n_lanes) * 16``
+    contiguous bytes of each packed row, and every thread of a warp wants the same x: a
+    broadcast), K lanes on ``threadIdx.y``, meeting through shared memory once per output.
+    Blocks of ``n_lanes * k_lanes`` threads over ``N / (4 * n_lanes)`` tiles: small ``n_lanes``
+    gives the grid enough blocks to fill every SM several times.
+
+Section 5's dequantization order is the other structural choice (sketches ``sync``/``async``,
+each in both layouts):
 
 ``sync``
     a 2-bit group's first-order scale is dequantized where it is used, after the group's dot
     product: its three loads (s1q, the second-order zero and scale) and the arithmetic wait
     behind the weights' decode (the synchronous dataflow the paper measures against).
 ``async``
-    each lane's group loop is software-pipelined (:func:`_pipeline`): the next group's packed
-    words are requested (128-bit loads into a second register buffer) and its first-order
-    scales dequantized from the second-order ones (``scale1``, registers) while the current
-    group is decoded: the scale arithmetic and the decode overlap the weights' loads.
+    each lane's 2-bit step loop is software-pipelined (:func:`_pipeline`) and fully unrolled
+    (the double buffers stay in registers): the next step's packed words are requested
+    (128-bit loads into a second register buffer) and its first-order scales dequantized from
+    the second-order ones (``scale1``, registers) while the current step is decoded: the
+    scale arithmetic and the decode overlap the weights' loads. The 4-bit part (no
+    second-order scales) is the same in both orders.
 
 Knobs (categorical decisions):
 
-==========  ================================================  =========================
-knob        TensorIR loop                                     candidates
-==========  ================================================  =========================
-k_lanes     ``combine2``/``combine4`` g -> (steps, lanes),    1, 2, 4, ... 32 dividing
-            rfactor, shuffle reduction                        both parts' group counts
-n_lanes     ``finish`` n -> threadIdx.y                       1, 2, 4, ... 256
-unroll      ``pragma_auto_unroll_max_step`` on the group      0, 64, 512
-            steps
-==========  ================================================  =========================
+===========  ================================================  =========================
+knob         TensorIR loop                                     candidates
+===========  ================================================  =========================
+k_lanes      ``combine2``/``combine4`` g -> (steps, lanes,     1, 2, 4, ... 32 dividing
+             load_groups), rfactor, cross-lane reduction       both parts' group counts
+n_lanes      ``finish`` n -> the N thread axis                 1, 2, 4, ... 256
+load_groups  2-bit groups per step (their words loaded          1, 2, 4, 8 dividing the
+             together); 4-bit words per load batch             2-bit groups per lane at
+                                                               32 lanes and a 4-bit group's
+                                                               words
+unroll       ``pragma_auto_unroll_max_step`` on the group      0, 64, 512
+             steps (``sync``; ``async`` unrolls fully)
+===========  ================================================  =========================
 """
 
 from __future__ import annotations
