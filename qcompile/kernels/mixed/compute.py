@@ -28,20 +28,39 @@ from qcompile.kernels.uniform.compute import field_expr, field_scale_expr
 
 
 def field_scale_cuda(k, bits: int):
-    """``2**-(bits * j)`` for k's field j as uniform/compute.py's ``field_scale_expr``, built
-    as ``1 / float(1 << bits*j)``: TVM's CUDA code generator prints a reinterpret of a constant
-    as the address of a literal, which does not compile (uniform/compute_cuda.py)."""
+    """``2**-(bits * (j % half))`` for k's field j, ``half`` = fields per 16 bits: the factor
+    that undoes :func:`field_expr_cuda`'s in-place field. Built as ``1 / float(1 << ...)``: TVM's
+    CUDA code generator prints a reinterpret of a constant as the address of a literal, which
+    does not compile (uniform/compute_cuda.py)."""
     per_word = 32 // bits
+    j = (k % per_word) % (per_word // 2)
+    return T.float32(1) / T.Cast("float32", T.shift_left(T.int32(1), j * bits))
+
+
+def field_expr_cuda(codes, k, n, bits: int):
+    """float32 code q[k, n] times ``2**(bits * (j % half))`` without an int-to-float convert
+    (a quarter-rate instruction on NVIDIA GPUs, the decode's bottleneck): the field, in place in
+    its 16-bit half of the word, is OR-ed into the mantissa of 2**23 and 2**23 subtracted:
+    one LOP3, one FADD (plus a shift per word for the upper fields), exact."""
+    per_word = 32 // bits
+    half = per_word // 2
     j = k % per_word
-    return T.Select(j == per_word - 1, T.float32(1), T.float32(1) / T.Cast(
-        "float32", T.shift_left(T.int32(1), j * bits)))
+    word = T.Cast("uint32", codes[k // per_word, n])
+    halfword = T.Select(j >= half, T.shift_right(word, T.uint32(16)), word)
+    field = T.bitwise_and(halfword, T.shift_left(T.uint32((1 << bits) - 1),
+                                                 T.Cast("uint32", (j % half) * bits)))
+    return (T.reinterpret("float32", T.bitwise_or(field, T.uint32(0x4B000000)))
+            - T.float32(1 << 23))
 
 
 def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
     """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes).
 
-    ``target_kind`` "cuda" changes only how the field scales are written (same values)."""
-    field_scale = field_scale_cuda if target_kind == "cuda" else field_scale_expr
+    ``target_kind`` "cuda" changes only how fields are decoded and scaled (same values, exact:
+    :func:`field_expr_cuda`)."""
+    cuda = target_kind == "cuda"
+    field_scale = field_scale_cuda if cuda else field_scale_expr
+    field = field_expr_cuda if cuda else field_expr
     lay = spec.layout
     M, K, N = spec.m, spec.k, spec.n
     G, G2, H = lay.groups, lay.groups2, lay.scale_groups4
@@ -90,7 +109,7 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
                 vm, vg, vn, vj = T.axis.remap("SSSR", [m, g, n, j])
                 with T.init():
                     dot2[vm, vg, vn] = T.float32(0)
-                dot2[vm, vg, vn] = dot2[vm, vg, vn] + x2[vm, vg * g1 + vj] * field_expr(
+                dot2[vm, vg, vn] = dot2[vm, vg, vn] + x2[vm, vg * g1 + vj] * field(
                     codes2, vg * g1 + vj, vn, 2)
         for g, n in T.grid(G2, N):
             with T.sblock("scale1"):
@@ -122,7 +141,7 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
                 vm, vh, vn, vj = T.axis.remap("SSSR", [m, h, n, j])
                 with T.init():
                     dot4[vm, vh, vn] = T.float32(0)
-                dot4[vm, vh, vn] = dot4[vm, vh, vn] + x4[vm, vh * g4 + vj] * field_expr(
+                dot4[vm, vh, vn] = dot4[vm, vh, vn] + x4[vm, vh * g4 + vj] * field(
                     codes4, vh * g4 + vj, vn, 4)
         for m, n, h in T.grid(M, N, H):
             with T.sblock("combine4"):
