@@ -242,31 +242,49 @@ def design_space(sch: Schedule, spec: MixedSpec, hw: GpuHardware) -> list[Schedu
                    else None) for s in SKETCHES]
 
 
-#: Threads per block of the heuristic (``+k_warps``).
+#: Most threads per block of the heuristic.
 HEURISTIC_BLOCK_THREADS = 256
+#: Threads of a warp over N in the heuristic: 8 x 16 bytes = 128 contiguous bytes per row.
+HEURISTIC_N_LANES = 8
 #: 2-bit groups whose words each thread has in flight (one 128-bit load each).
 HEURISTIC_LOAD_GROUPS = 4
+#: Registers per thread the heuristic plans with (ptxas: 56-60 for its choices at
+#: 8192 x 28672, ``tests/cpu/test_mixed_cuda.py`` checks the bound).
+HEURISTIC_REGISTERS = 64
+#: The untuned kernel's dequantization order.
+HEURISTIC_ORDER = "sync"
 
 
 def heuristic_knobs(spec: MixedSpec, hw: GpuHardware,
-                    order: str = "async") -> tuple[str, dict[str, int]]:
+                    order: str = HEURISTIC_ORDER) -> tuple[str, dict[str, int]]:
     """A sketch and knob values that are valid and reasonable without tuning.
 
-    K lanes across warps (``+k_warps``): 8 threads of a warp over N (128 contiguous bytes per
-    packed row; more when N is too small to give each SM four blocks), K lanes filling a block
-    of :data:`HEURISTIC_BLOCK_THREADS`; :data:`HEURISTIC_LOAD_GROUPS` 2-bit groups' words
-    requested together.
+    K lanes across warps (``+k_warps``): :data:`HEURISTIC_N_LANES` threads of a warp over N
+    (fewer when N is too small to give every SM a block), :data:`HEURISTIC_LOAD_GROUPS` 2-bit
+    groups' words requested together. ``sync``: the most K lanes (at most
+    :data:`HEURISTIC_BLOCK_THREADS` threads a block) with which every block of the grid is
+    resident at once at :data:`HEURISTIC_REGISTERS` registers a thread (one wave, no partial
+    last wave; 8192 x 28672: 896 blocks of 16 x 8 threads, 7 an SM); ``async``: the most K
+    lanes, so the fewest pipeline steps per lane (the fully unrolled double buffers' registers
+    grow with them).
     """
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}; got {order!r}")
     cands = knob_candidates(spec)
     columns = spec.n // vector_width(spec)
     fitting = [v for v in cands["n_lanes"] if v <= 32]
-    n_lanes = min([v for v in fitting if v >= 8] or fitting, key=lambda v: abs(v - 8))
+    n_lanes = min([v for v in fitting if v >= HEURISTIC_N_LANES] or fitting,
+                  key=lambda v: abs(v - HEURISTIC_N_LANES))
     while n_lanes > 1 and columns // n_lanes < hw.sm_count and n_lanes // 2 in fitting:
         n_lanes //= 2
-    k_lanes = max([v for v in cands["k_lanes"] if v * n_lanes <= HEURISTIC_BLOCK_THREADS]
-                  or [1])
+    per_sm = -(-columns // n_lanes // hw.sm_count)  # blocks each SM must hold for one wave
+    sized = [v for v in cands["k_lanes"] if v * n_lanes <= HEURISTIC_BLOCK_THREADS] or [1]
+    resident = [v for v in sized
+                if per_sm * v * n_lanes * HEURISTIC_REGISTERS <= hw.registers_per_block]
+    if order == "sync" and resident:
+        k_lanes = max(resident)
+    else:
+        k_lanes = max(sized)
     load_groups = max([v for v in cands["load_groups"] if v <= HEURISTIC_LOAD_GROUPS] or [1])
     knobs = {"k_lanes": k_lanes, "n_lanes": n_lanes, "load_groups": load_groups,
              "unroll": 64}
@@ -274,7 +292,7 @@ def heuristic_knobs(spec: MixedSpec, hw: GpuHardware,
 
 
 def heuristic_schedule(sch: Schedule, spec: MixedSpec, hw: GpuHardware,
-                       order: str = "async") -> Schedule:
+                       order: str = HEURISTIC_ORDER) -> Schedule:
     """The schedule of :func:`heuristic_knobs` in dequantization ``order``."""
     name, knobs = heuristic_knobs(spec, hw, order)
     return sketch(sch, spec, hw, name, knobs)
