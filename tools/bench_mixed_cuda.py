@@ -81,7 +81,7 @@ def load_kernel(spec, preset, storage, out_dir: Path):
 #: The built-in sweep: {layout: (k_lanes, n_lanes, load_groups) grids}; every order of
 #: schedules/cuda/mixed.py runs each, in both K-lane layouts.
 GRID = {
-    cuda_mixed.K_WARPS: ((16, 32), (4, 8, 16), (2, 4, 8)),
+    cuda_mixed.K_WARPS: ((16, 32), (4, 8, 16), (1, 2, 4)),
     "": ((8,), (32,), (1, 4)),
 }
 

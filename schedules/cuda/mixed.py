@@ -145,7 +145,8 @@ def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, rv
 
     # the per-group work: under the group loop, or under the step's group loop (p_b)
     group = p_b[0] if p_b else p_o
-    sch.compute_inline(sch.get_sblock(f"gather{part}"))
+    if part == "4":
+        sch.compute_inline(sch.get_sblock("gather4"))
     dot = sch.get_sblock(f"group_dot{part}")
     sch.compute_at(dot, group, preserve_unit_loops=True)
     sch.set_scope(dot, 0, "local")
@@ -166,6 +167,14 @@ def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, rv
     sch.compute_at(total, group, preserve_unit_loops=True)
     sch.set_scope(total, 0, "local")
     unroll(sch, *loops_below(sch, total, group))
+    if part == "2":  # the group's x: one run of g1 floats, 128-bit loads into registers
+        gather = sch.get_sblock("gather2")
+        sch.compute_at(gather, group, preserve_unit_loops=True)
+        sch.set_scope(gather, 0, "local")
+        *outer, inner = loops_below(sch, gather, group)
+        inner, lanes = sch.split(inner, factors=[None, 4])
+        sch.vectorize(lanes)
+        unroll(sch, *outer, inner)
     if part == "2":
         scale = sch.get_sblock("scale1")
         if order == "sync":

@@ -59,8 +59,20 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
     ``target_kind`` "cuda" changes only how fields are decoded and scaled (same values, exact:
     :func:`field_expr_cuda`)."""
     cuda = target_kind == "cuda"
-    field_scale = field_scale_cuda if cuda else field_scale_expr
     field = field_expr_cuda if cuda else field_expr
+
+    # CPU: the field factors go into the gathered x once (gather2/gather4). CUDA: the gathered
+    # x stays plain (a group's x is one run of 16 floats the schedule loads with 128-bit
+    # loads, and its group sum reads it from there); the factor, a constant once unrolled,
+    # goes into the dot product.
+    def gathered(value, k, bits: int):
+        return value if cuda else value * field_scale_expr(k, bits)
+
+    def group_input(from_x, from_gathered):
+        return from_gathered if cuda else from_x
+
+    def scaled(value, k, bits: int):
+        return value * field_scale_cuda(k, bits) if cuda else value
     lay = spec.layout
     M, K, N = spec.m, spec.k, spec.n
     G, G2, H = lay.groups, lay.groups2, lay.scale_groups4
@@ -97,20 +109,21 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
         for m, r in T.grid(M, K2):
             with T.sblock("gather2"):
                 vm, vr = T.axis.remap("SS", [m, r])
-                x2[vm, vr] = x[vm, order[vr // g1] * g1 + vr % g1] * field_scale(vr, 2)
+                x2[vm, vr] = gathered(x[vm, order[vr // g1] * g1 + vr % g1], vr, 2)
         for m, g, j in T.grid(M, G2, g1):
             with T.sblock("group_sum2"):
                 vm, vg, vj = T.axis.remap("SSR", [m, g, j])
                 with T.init():
                     xs2[vm, vg] = T.float32(0)
-                xs2[vm, vg] = xs2[vm, vg] + x[vm, order[vg] * g1 + vj]
+                xs2[vm, vg] = xs2[vm, vg] + group_input(x[vm, order[vg] * g1 + vj],
+                                                         x2[vm, vg * g1 + vj])
         for m, g, n, j in T.grid(M, G2, N, g1):
             with T.sblock("group_dot2"):
                 vm, vg, vn, vj = T.axis.remap("SSSR", [m, g, n, j])
                 with T.init():
                     dot2[vm, vg, vn] = T.float32(0)
-                dot2[vm, vg, vn] = dot2[vm, vg, vn] + x2[vm, vg * g1 + vj] * field(
-                    codes2, vg * g1 + vj, vn, 2)
+                dot2[vm, vg, vn] = dot2[vm, vg, vn] + scaled(
+                    x2[vm, vg * g1 + vj], vg * g1 + vj, 2) * field(codes2, vg * g1 + vj, vn, 2)
         for g, n in T.grid(G2, N):
             with T.sblock("scale1"):
                 vg, vn = T.axis.remap("SS", [g, n])
@@ -128,21 +141,22 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
         for m, r in T.grid(M, K4):
             with T.sblock("gather4"):
                 vm, vr = T.axis.remap("SS", [m, r])
-                x4[vm, vr] = x[vm, order[G2 + vr // g1] * g1 + vr % g1] * field_scale(vr, 4)
+                x4[vm, vr] = gathered(x[vm, order[G2 + vr // g1] * g1 + vr % g1], vr, 4)
         for m, h, j in T.grid(M, H, g4):
             with T.sblock("group_sum4"):
                 vm, vh, vj = T.axis.remap("SSR", [m, h, j])
                 with T.init():
                     xs4[vm, vh] = T.float32(0)
-                xs4[vm, vh] = xs4[vm, vh] + x[
-                    vm, order[G2 + (vh * g4 + vj) // g1] * g1 + (vh * g4 + vj) % g1]
+                xs4[vm, vh] = xs4[vm, vh] + group_input(
+                    x[vm, order[G2 + (vh * g4 + vj) // g1] * g1 + (vh * g4 + vj) % g1],
+                    x4[vm, vh * g4 + vj])
         for m, h, n, j in T.grid(M, H, N, g4):
             with T.sblock("group_dot4"):
                 vm, vh, vn, vj = T.axis.remap("SSSR", [m, h, n, j])
                 with T.init():
                     dot4[vm, vh, vn] = T.float32(0)
-                dot4[vm, vh, vn] = dot4[vm, vh, vn] + x4[vm, vh * g4 + vj] * field(
-                    codes4, vh * g4 + vj, vn, 4)
+                dot4[vm, vh, vn] = dot4[vm, vh, vn] + scaled(
+                    x4[vm, vh * g4 + vj], vh * g4 + vj, 4) * field(codes4, vh * g4 + vj, vn, 4)
         for m, n, h in T.grid(M, N, H):
             with T.sblock("combine4"):
                 vm, vn, vh = T.axis.remap("SSR", [m, n, h])
