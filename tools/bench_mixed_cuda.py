@@ -257,9 +257,9 @@ def main(argv=None) -> int:
             function = _tvm.tvm.runtime.load_module(result["so"])[sweep_spec.name()]
             t, error = timed_kernel(label, function, sweep_spec, x, l2, sweep_tensors,
                                     reference=reference, prepared=sweep_prepared)
-        except Exception as error:  # noqa: BLE001 - report the variant, go on
-            failed.append({**row, "error": str(error)[:300]})
-            print(f"  {label}: FAILED {str(error)[:200]}", flush=True)
+        except Exception as problem:  # noqa: BLE001 - report the variant, go on
+            failed.append({**row, "error": str(problem)[:300]})
+            print(f"  {label}: FAILED {str(problem)[:200]}", flush=True)
             continue
         if not error < 1e-4:
             failed.append({**row, "error": f"max relative error {error:.2e}"})
