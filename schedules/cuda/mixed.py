@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from qcompile._tvm import Schedule
 from qcompile.kernels.mixed.spec import MixedSpec
-from schedules.cuda.common import load_to_registers, unroll
+from schedules.cuda.common import load_to_registers, read_index, unroll
 from schedules.knobs import choose
 from schedules.loops import loops_below
 from targets.hardware import GpuHardware
@@ -179,25 +179,34 @@ def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, rv
         scale = sch.get_sblock("scale1")
         if order == "sync":
             sch.compute_inline(scale)
+            # a group's 4 meta bytes in one 32-bit load, not four byte loads
+            load_to_registers(sch, partial, "meta2", group, vector_width(spec))
         else:
             sch.compute_at(scale, p_o, preserve_unit_loops=True)
             sch.set_scope(scale, 0, "local")
             unroll(sch, *loops_below(sch, scale, p_o))
+            meta = sch.cache_read(scale, read_index(sch, scale, "meta2"), "local",
+                                  consumer_blocks=[scale, partial])
+            sch.compute_at(meta, p_o, preserve_unit_loops=True)
+            *outer, inner = loops_below(sch, meta, p_o)
+            inner, lanes = sch.split(inner, factors=[None, vector_width(spec)])
+            sch.vectorize(lanes)
+            unroll(sch, *outer, inner)
     sch.decompose_reduction(dot, words)
     sch.decompose_reduction(partial, p_o)
     if order == "async" and part == "2":
-        _pipeline(sch, p_o, codes, "scale1")
+        _pipeline(sch, p_o, codes, ("scale1", "meta2_local"))
         sch.unroll(p_o)  # registers: the double buffers must be indexed by constants
     return codes
 
 
-def _pipeline(sch: Schedule, loop, codes, scale_name):
+def _pipeline(sch: Schedule, loop, codes, scale_names: tuple[str, ...]):
     """Software-pipeline a lane's group loop in two stages: stage 0 requests the next step's
     packed words (128-bit loads into a second register buffer) and then dequantizes its
     first-order scales from the second-order ones; stage 1 decodes and accumulates this step.
     So the scale arithmetic and the current step's work run while the next words are in
     flight (section 5's overlap, with registers where the paper stages in shared memory)."""
-    early = {sch.get(codes).name_hint} | ({scale_name} if scale_name else set())
+    early = {sch.get(codes).name_hint, *scale_names}
     parent = sch.get(loop)
     stmts, stages = [], []  # the loop body's statements: the subtrees its blocks live in
     for block in sch.get_child_blocks(loop):
