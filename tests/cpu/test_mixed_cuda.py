@@ -165,3 +165,19 @@ def test_sweep_grid_and_pool_build(tmp_path, monkeypatch):
     built = bench_mixed_cuda.build_variants(small, PRESET, chosen, tmp_path / "v", jobs=2)
     assert pathlib.Path(built[0]["so"]).is_file()
     assert "k_lanes=3 is not a candidate" in built[1]["error"]
+
+
+@pytest.mark.parametrize("order", cuda_mixed.ORDERS)
+def test_h200_heuristic_knobs_emulated_at_full_k(order):
+    """The untuned knobs of 8192 x 28672 (either order), at its K with a small N."""
+    name, knobs = cuda_mixed.heuristic_knobs(MixedSpec(k=8192, n=28672), HW, order)
+    spec = MixedSpec(k=8192, n=256)
+    rng = np.random.default_rng(1)
+    tensors = FAMILY.example_tensors(spec, rng)
+    operands = [aligned(t.numpy()) for t in FAMILY.prepare(spec, **tensors).tensors]
+    x = rng.standard_normal((1, spec.k)).astype(np.float32)
+    y = aligned(np.full((1, spec.n), np.nan, dtype=np.float32))
+    emulate(schedule(spec, name, knobs).mod, TARGET)(
+        x=aligned(x), **dict(zip(spec.layout.shapes(), operands, strict=True)), y=y)
+    reference = FAMILY.reference(spec, x, **tensors)
+    assert np.abs(y - reference).max() / np.abs(reference).max() < 1e-5
