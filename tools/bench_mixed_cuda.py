@@ -122,10 +122,26 @@ def build_variant(spec_json: str, target: str, variant: dict, out_dir: str) -> d
         knobs = "_".join(f"{v}" for v in variant["knobs"].values())
         so = Path(out_dir) / f"{variant['sketch'].replace('+', '_')}_{knobs}.so"
         lib.export_library(str(so))
-        return {"so": str(so), "seconds": time.monotonic() - t0}
+        return {"so": str(so), "seconds": time.monotonic() - t0,
+                "ptxas": _ptxas(lib, hw.arch)}
     except Exception as error:  # noqa: BLE001 - a failed variant is reported, not fatal
         return {"error": f"{type(error).__name__}: {str(error).splitlines()[-1][:300]}",
                 "seconds": time.monotonic() - t0}
+
+
+def _ptxas(lib, arch: str) -> dict | None:
+    """ptxas's registers and spills for the generated CUDA C (None where that fails)."""
+    from qcompile.testing.cuda_emulator import ptxas_report
+
+    try:
+        device = next(m for m in lib.mod.imports if m.kind == "cuda")
+        for fmt in ("cu", ""):
+            source = device.inspect_source(fmt)
+            if "__global__" in source:
+                return ptxas_report(source, arch)
+    except Exception:  # noqa: BLE001 - a report, not a requirement
+        return None
+    return None
 
 
 def build_variants(spec: MixedSpec, preset, variants: list[dict], out_dir: Path,
@@ -250,7 +266,7 @@ def main(argv=None) -> int:
                  f"lg{knobs['load_groups']} u{knobs['unroll']}")
         row = {"kernel": label, "order": cuda_mixed.split_sketch(variant["sketch"])[0],
                "sketch": variant["sketch"], "knobs": knobs,
-               "build_seconds": result["seconds"]}
+               "build_seconds": result["seconds"], "ptxas": result.get("ptxas")}
         try:
             if "error" in result:
                 raise RuntimeError(result["error"])
@@ -285,7 +301,8 @@ def main(argv=None) -> int:
             if any(r.get("order") == order for r in rows.values())}
 
     def described(row):
-        return {"sketch": row["sketch"], "knobs": row["knobs"], "median_us": row["median_us"],
+        return {"sketch": row["sketch"], "knobs": row["knobs"], "ptxas": row["ptxas"],
+                "median_us": row["median_us"],
                 "effective_gbps": row["effective_gbps"],
                 "vs_uniform4_bandwidth": row["effective_gbps"] / four["effective_gbps"]}
 
@@ -307,8 +324,9 @@ def main(argv=None) -> int:
         "seconds": time.monotonic() - started,
     }
     for row in rows.values():
+        registers = (row.get("ptxas") or {}).get("registers", "")
         print(f"  {row['kernel']:44s} {row['median_us']:9.2f} us {row['effective_gbps']:8.0f} "
-              f"GB/s  err {row['max_rel_error']:.1e}")
+              f"GB/s  err {row['max_rel_error']:.1e}  regs {registers}")
     print(json.dumps(summary, indent=2))
     if args.json:
         with open(args.json, "w") as handle:
