@@ -3,13 +3,13 @@ both parts, the second-order scale dequantization and the CSR outliers in one la
 
 Blocks run over N tiles (``blockIdx.x``); in a block, ``n_lanes`` threads over N, each owning
 ``vec`` adjacent columns (their packed words arrive in one 128-bit load per packed row), and
-``k_lanes`` lanes over the groups: lane t takes the ``load_groups`` adjacent 2-bit groups of each
-step (steps of ``k_lanes * load_groups`` groups; the words of a step's groups are requested
-together, before the first decode) and the 4-bit scale groups t, t + k_lanes, ... (their words
-``load_groups`` at a time), sums them in registers (an rfactor of ``combine2``/``combine4``),
-and the lanes meet in a cross-thread reduction into shared memory; ``finish`` adds the parts and
-walks the column's CSR outliers. x is read through the group order from global memory
-(L1-resident); group sums are formed per group by the lane that uses them.
+``k_lanes`` lanes over the groups of each part (2-bit groups; on CUDA the 4-bit part runs over
+its g1-groups too, compute.py): lane t takes the ``load_groups`` adjacent groups of each step
+(steps of ``k_lanes * load_groups`` groups; the words of a step's groups are requested together,
+before the first decode), sums them in registers (an rfactor of ``combine2``/``combine4``), and
+the lanes meet in a cross-thread reduction into shared memory; ``finish`` adds the parts and
+walks the column's CSR outliers. A group's x (a run of g1 floats in storage order, read through
+the group order) arrives in 128-bit loads into registers, where its group sum is formed too.
 
 Two layouts of the lanes (sketch name suffix):
 
@@ -44,13 +44,12 @@ Knobs (categorical decisions):
 ===========  ================================================  =========================
 knob         TensorIR loop                                     candidates
 ===========  ================================================  =========================
-k_lanes      ``combine2``/``combine4`` g -> (steps, lanes,     1, 2, 4, ... 32 dividing
-             load_groups), rfactor, cross-lane reduction       both parts' group counts
+k_lanes      ``combine2``/``combine4`` g -> (steps, lanes,     1, 2, 4, ... 32; lanes x
+             load_groups), rfactor, cross-lane reduction       the largest load_groups
+                                                               divide both group counts
 n_lanes      ``finish`` n -> the N thread axis                 1, 2, 4, ... 256
-load_groups  2-bit groups per step (their words loaded          1, 2, 4, 8 dividing the
-             together); 4-bit words per load batch             2-bit groups per lane at
-                                                               32 lanes and a 4-bit group's
-                                                               words
+load_groups  groups per step, their words loaded together      1, 2, 4 dividing both
+                                                               group counts
 unroll       ``pragma_auto_unroll_max_step`` on the group      0, 64, 512
              steps (``sync``; ``async`` unrolls fully)
 ===========  ================================================  =========================
@@ -67,7 +66,7 @@ from targets.hardware import GpuHardware
 
 K_LANES = (1, 2, 4, 8, 16, 32)
 N_LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-LOAD_GROUPS = (1, 2, 4, 8)
+LOAD_GROUPS = (1, 2, 4)
 UNROLL = (0, 64, 512)
 ORDERS = ("sync", "async")
 
@@ -89,16 +88,17 @@ def vector_width(spec: MixedSpec) -> int:
 
 
 def knob_candidates(spec: MixedSpec) -> dict[str, list[int]]:
-    """Every knob's candidates for ``spec``: each divides the loop it splits (``load_groups``
-    divides the 2-bit groups of a lane at the largest ``k_lanes``)."""
+    """Every knob's candidates for ``spec``: each divides the loop it splits, every pair of
+    ``k_lanes`` and ``load_groups`` both parts' group counts."""
     lay = spec.layout
     columns = spec.n // vector_width(spec)
-    k_lanes = [v for v in K_LANES if lay.groups2 % v == 0 and lay.scale_groups4 % v == 0]
+    groups = (lay.groups2, lay.rows4 // lay.g1)  # 2-bit groups, 4-bit g1-groups
+    load_groups = [v for v in LOAD_GROUPS if all(count % v == 0 for count in groups)]
+    most = max(load_groups)
     return {
-        "k_lanes": k_lanes,
+        "k_lanes": [v for v in K_LANES if all(count % (v * most) == 0 for count in groups)],
         "n_lanes": [v for v in N_LANES if columns % v == 0],
-        "load_groups": [v for v in LOAD_GROUPS if lay.groups2 % (v * max(k_lanes)) == 0
-                        and (lay.g4 // _FIELDS["4"]) % v == 0],
+        "load_groups": load_groups,
         "unroll": list(UNROLL),
     }
 
@@ -126,8 +126,8 @@ def _rfactor(sch: Schedule, part: str, k_lanes, load_groups=1):
 def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, rv: dict,
           order: str, k_axis: str):
     """One part's per-lane group loop and cross-lane reduction under ``thread_loop``; the K
-    lanes are bound to ``k_axis``. The 2-bit part's group loop steps ``load_groups`` groups at
-    a time (their packed words loaded together, before the first decode)."""
+    lanes are bound to ``k_axis``. The group loop steps ``load_groups`` groups at a time (their
+    packed words loaded together, before the first decode)."""
     partial, combine = reductions
     sch.compute_at(combine, thread_loop, preserve_unit_loops=True)
     sch.set_scope(combine, 0, "shared")
@@ -136,45 +136,36 @@ def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, rv
     sch.bind(f_t, k_axis)
     sch.compute_at(partial, thread_loop, preserve_unit_loops=True)
     sch.set_scope(partial, 0, "local")
-    p_t, p_m, p_n, p_o, *p_b = loops_below(sch, partial, thread_loop)
-    sch.reorder(p_t, p_o, *p_b, p_m, p_n)  # p_b: the 2-bit step's groups, loaded together
+    p_t, p_m, p_n, p_o, p_b = loops_below(sch, partial, thread_loop)
+    sch.reorder(p_t, p_o, p_b, p_m, p_n)  # p_b: the step's groups, loaded together
     sch.bind(p_t, k_axis)
-    unroll(sch, *p_b, p_m, p_n)
+    unroll(sch, p_b, p_m, p_n)
     sch.annotate(p_o, "pragma_auto_unroll_max_step", rv["unroll"])
     sch.annotate(p_o, "pragma_unroll_explicit", 1)
 
-    # the per-group work: under the group loop, or under the step's group loop (p_b)
-    group = p_b[0] if p_b else p_o
-    if part == "4":
-        sch.compute_inline(sch.get_sblock("gather4"))
+    # the per-group work: under the step's group loop
+    group = p_b
     dot = sch.get_sblock(f"group_dot{part}")
     sch.compute_at(dot, group, preserve_unit_loops=True)
     sch.set_scope(dot, 0, "local")
     d_m, d_g, d_n, d_r = loops_below(sch, dot, group)
-    if part == "2":  # a step's words come in together, before its first decode
-        words, fields = sch.split(d_r, factors=[None, _FIELDS[part]])
-        sch.reorder(d_g, words, fields, d_n, d_m)
-        unroll(sch, d_g, words, fields, d_n, d_m)
-        codes = load_to_registers(sch, dot, f"codes{part}", p_o, vector_width(spec))
-    else:  # a 4-bit group's words, load_groups at a time
-        batches, words, fields = sch.split(d_r, factors=[None, rv["load_groups"],
-                                                         _FIELDS[part]])
-        sch.reorder(d_g, batches, words, fields, d_n, d_m)
-        unroll(sch, d_g, words, fields, d_n, d_m)
-        codes = load_to_registers(sch, dot, f"codes{part}", batches, vector_width(spec))
-        words = batches
+    words, fields = sch.split(d_r, factors=[None, _FIELDS[part]])
+    sch.reorder(d_g, words, fields, d_n, d_m)
+    unroll(sch, d_g, words, fields, d_n, d_m)
+    # a step's words come in together, before its first decode
+    codes = load_to_registers(sch, dot, f"codes{part}", p_o, vector_width(spec))
     total = sch.get_sblock(f"group_sum{part}")
     sch.compute_at(total, group, preserve_unit_loops=True)
     sch.set_scope(total, 0, "local")
     unroll(sch, *loops_below(sch, total, group))
-    if part == "2":  # the group's x: one run of g1 floats, 128-bit loads into registers
-        gather = sch.get_sblock("gather2")
-        sch.compute_at(gather, group, preserve_unit_loops=True)
-        sch.set_scope(gather, 0, "local")
-        *outer, inner = loops_below(sch, gather, group)
-        inner, lanes = sch.split(inner, factors=[None, 4])
-        sch.vectorize(lanes)
-        unroll(sch, *outer, inner)
+    # the group's x: one run of g1 floats, 128-bit loads into registers
+    gather = sch.get_sblock(f"gather{part}")
+    sch.compute_at(gather, group, preserve_unit_loops=True)
+    sch.set_scope(gather, 0, "local")
+    *outer, inner = loops_below(sch, gather, group)
+    inner, lanes = sch.split(inner, factors=[None, 4])
+    sch.vectorize(lanes)
+    unroll(sch, *outer, inner)
     if part == "2":
         scale = sch.get_sblock("scale1")
         if order == "sync":
@@ -241,8 +232,8 @@ def sketch(sch: Schedule, spec: MixedSpec, hw: GpuHardware, order: str,
     sch.reorder(n_b, n_t, m, n_e)
     sch.bind(n_b, "blockIdx.x")
     sch.bind(n_t, n_axis)
-    reductions = {"2": _rfactor(sch, "2", rv["k_lanes"], rv["load_groups"]),
-                  "4": _rfactor(sch, "4", rv["k_lanes"])}
+    reductions = {part: _rfactor(sch, part, rv["k_lanes"], rv["load_groups"])
+                  for part in ("2", "4")}
     for part in ("2", "4"):
         _part(sch, spec, part, n_t, reductions[part], rv, order, k_axis)
     # finish: the thread's M x vec outputs shared among its k lanes (one writer per output)
@@ -266,8 +257,8 @@ HEURISTIC_BLOCK_THREADS = 256
 HEURISTIC_N_LANES = 8
 #: 2-bit groups whose words each thread has in flight (one 128-bit load each).
 HEURISTIC_LOAD_GROUPS = 4
-#: Registers per thread the heuristic plans with (ptxas: 56-60 for its choices at
-#: 8192 x 28672, ``tests/cpu/test_mixed_cuda.py`` checks the bound).
+#: Registers per thread the heuristic plans with (ptxas at 8192 x 28672: 48 for ``sync``,
+#: 62 for ``async``; ``tests/cpu/test_mixed_cuda.py`` checks the bound).
 HEURISTIC_REGISTERS = 64
 #: The untuned kernel's dequantization order.
 HEURISTIC_ORDER = "sync"

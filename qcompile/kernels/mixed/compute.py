@@ -56,8 +56,10 @@ def field_expr_cuda(codes, k, n, bits: int):
 def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
     """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes).
 
-    ``target_kind`` "cuda" changes only how fields are decoded and scaled (same values, exact:
-    :func:`field_expr_cuda`)."""
+    ``target_kind`` "cuda" changes how fields are decoded and scaled (same values, exact:
+    :func:`field_expr_cuda`), gathers x without the field factors (they go into the dot
+    product), and runs the 4-bit part's dot products and x sums per g1-group (the scale and
+    zero of its g4 group applied to each): the same sums in another order."""
     cuda = target_kind == "cuda"
     field = field_expr_cuda if cuda else field_expr
 
@@ -78,6 +80,14 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
     G, G2, H = lay.groups, lay.groups2, lay.scale_groups4
     K2, K4, C = lay.rows2, lay.rows4, lay.capacity
     g1, g2, g4 = lay.g1, lay.g2, lay.g4
+    # The 4-bit part's dot products and x sums run over H1 groups of r1 rows: its scale groups
+    # on CPUs; on CUDA its g1-groups (runs of g1 floats of x, like the 2-bit part's), each
+    # scaled by its g4 group's scale and zero.
+    H1, r1 = (K4 // g1, g1) if cuda else (H, g4)
+
+    def scale_group(vh):
+        return vh // (g4 // g1) if cuda else vh
+
     attrs = spec.func_attrs()
 
     @T.prim_func(s_tir=True)
@@ -103,8 +113,8 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
         s1 = T.sblock_alloc_buffer((G2, N), "float32")
         y2 = T.sblock_alloc_buffer((M, N), "float32")
         x4 = T.sblock_alloc_buffer((M, K4), "float32")
-        xs4 = T.sblock_alloc_buffer((M, H), "float32")
-        dot4 = T.sblock_alloc_buffer((M, H, N), "float32")
+        xs4 = T.sblock_alloc_buffer((M, H1), "float32")
+        dot4 = T.sblock_alloc_buffer((M, H1, N), "float32")
         y4 = T.sblock_alloc_buffer((M, N), "float32")
         for m, r in T.grid(M, K2):
             with T.sblock("gather2"):
@@ -142,28 +152,29 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
             with T.sblock("gather4"):
                 vm, vr = T.axis.remap("SS", [m, r])
                 x4[vm, vr] = gathered(x[vm, order[G2 + vr // g1] * g1 + vr % g1], vr, 4)
-        for m, h, j in T.grid(M, H, g4):
+        for m, h, j in T.grid(M, H1, r1):
             with T.sblock("group_sum4"):
                 vm, vh, vj = T.axis.remap("SSR", [m, h, j])
                 with T.init():
                     xs4[vm, vh] = T.float32(0)
                 xs4[vm, vh] = xs4[vm, vh] + group_input(
-                    x[vm, order[G2 + (vh * g4 + vj) // g1] * g1 + (vh * g4 + vj) % g1],
-                    x4[vm, vh * g4 + vj])
-        for m, h, n, j in T.grid(M, H, N, g4):
+                    x[vm, order[G2 + (vh * r1 + vj) // g1] * g1 + (vh * r1 + vj) % g1],
+                    x4[vm, vh * r1 + vj])
+        for m, h, n, j in T.grid(M, H1, N, r1):
             with T.sblock("group_dot4"):
                 vm, vh, vn, vj = T.axis.remap("SSSR", [m, h, n, j])
                 with T.init():
                     dot4[vm, vh, vn] = T.float32(0)
                 dot4[vm, vh, vn] = dot4[vm, vh, vn] + scaled(
-                    x4[vm, vh * g4 + vj], vh * g4 + vj, 4) * field(codes4, vh * g4 + vj, vn, 4)
-        for m, n, h in T.grid(M, N, H):
+                    x4[vm, vh * r1 + vj], vh * r1 + vj, 4) * field(codes4, vh * r1 + vj, vn, 4)
+        for m, n, h in T.grid(M, N, H1):
             with T.sblock("combine4"):
                 vm, vn, vh = T.axis.remap("SSR", [m, n, h])
                 with T.init():
                     y4[vm, vn] = T.float32(0)
-                y4[vm, vn] = y4[vm, vn] + T.Cast("float32", scales4[vh, vn]) * (
-                    dot4[vm, vh, vn] - T.Cast("float32", zeros4[vh, vn]) * xs4[vm, vh])
+                y4[vm, vn] = y4[vm, vn] + T.Cast("float32", scales4[scale_group(vh), vn]) * (
+                    dot4[vm, vh, vn]
+                    - T.Cast("float32", zeros4[scale_group(vh), vn]) * xs4[vm, vh])
         for m, n in T.grid(M, N):
             with T.sblock("finish"):
                 vm, vn = T.axis.remap("SS", [m, n])
