@@ -269,8 +269,9 @@ def heuristic_knobs(spec: MixedSpec, hw: GpuHardware,
     """A sketch and knob values that are valid and reasonable without tuning.
 
     K lanes across warps (``+k_warps``): :data:`HEURISTIC_N_LANES` threads of a warp over N
-    (fewer when N is too small to give every SM a block), :data:`HEURISTIC_LOAD_GROUPS` 2-bit
-    groups' words requested together. ``sync``: the most K lanes (at most
+    (fewer when N is too small to give every SM a block), :data:`HEURISTIC_LOAD_GROUPS` groups'
+    words requested together (divided by M: each group's x and dot products are M rows).
+    ``sync``: the most K lanes (at most
     :data:`HEURISTIC_BLOCK_THREADS` threads a block) with which every block of the grid is
     resident at once at :data:`HEURISTIC_REGISTERS` registers a thread (one wave, no partial
     last wave; 8192 x 28672: 896 blocks of 16 x 8 threads, 7 an SM); ``async``: the most K
@@ -294,7 +295,9 @@ def heuristic_knobs(spec: MixedSpec, hw: GpuHardware,
         k_lanes = max(resident)
     else:
         k_lanes = max(sized)
-    load_groups = max([v for v in cands["load_groups"] if v <= HEURISTIC_LOAD_GROUPS] or [1])
+    # each group holds M x g1 floats of x and M x vec dot products in registers
+    most = max(1, HEURISTIC_LOAD_GROUPS // spec.m)
+    load_groups = max([v for v in cands["load_groups"] if v <= most] or [1])
     knobs = {"k_lanes": k_lanes, "n_lanes": n_lanes, "load_groups": load_groups,
              "unroll": 64}
     return order + K_WARPS, knobs
