@@ -3,9 +3,11 @@
 1. With ``--tune-trials N``: MetaSchedule tunes every workload over its CUDA design space
    (uniform 4-bit and 2-bit g=128, mixed at every outlier share; the mixed space holds both
    dequantization orders) into ``--db`` (a local SQLite file).
-2. Section 5's comparison: the mixed kernel (0.2% outliers) in each order, ``sync`` and
-   ``async``, over the same grid of knobs (``--sweep-k-lanes`` x ``--sweep-n-lanes``); the best
-   of each order is reported.
+2. Section 5's comparison and the layout sweep: the mixed kernel (0.2% outliers) in each
+   order, ``sync`` and ``async``, in both K-lane layouts (schedules/cuda/mixed.py's sketches),
+   over a grid of knobs (built in, or ``--variants FILE``: a JSON list of ``{"sketch": ...,
+   "knobs": {...}}``); the variants are built in a process pool (``--jobs``) and the best of each
+   order is reported.
 3. Every kernel is checked against a float64 reference (random valid operands, output poisoned)
    and timed like tools/bench_cuda.py: CUDA graphs of back-to-back calls, weights rotating over
    enough copies to exceed the L2 three times, interleaved rounds, medians.
@@ -16,15 +18,23 @@ async.
 
     python tools/bench_mixed_cuda.py --db sqlite:////tmp/qc/mixed.sqlite --tune-trials 32 \\
         --shape 8192x28672 --json $OUT/mixed_h200.json
+
+The sweep alone (uniform 4-bit, the mixed heuristic and the grid; no tuning, a few minutes):
+
+    python tools/bench_mixed_cuda.py --sweep-only --shape 8192x28672 --json $OUT/mixed.json
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
@@ -68,33 +78,93 @@ def load_kernel(spec, preset, storage, out_dir: Path):
     return qcompile.load(result.so_path), {"source": "untuned heuristic"}
 
 
-def order_functions(spec: MixedSpec, preset, k_lanes: list[int], n_lanes: list[int]):
-    """{order: [(function, knobs)]} over the knob grid (candidates that do not apply skipped)."""
+#: The built-in sweep: {layout: (k_lanes, n_lanes, load_groups) grids}; every order of
+#: schedules/cuda/mixed.py runs each, in both K-lane layouts.
+GRID = {
+    cuda_mixed.K_WARPS: ((16, 32), (4, 8, 16), (1, 2, 4)),
+    "": ((8,), (32,), (1, 4)),
+}
+
+
+def variants_grid(spec: MixedSpec, preset, grid=None) -> list[dict]:
+    """[{"sketch", "knobs"}]: every order and layout of ``grid`` (default :data:`GRID`), knob
+    values that are not candidates for ``spec`` and blocks over 1024 threads left out, the
+    heuristic's own choice first in each order."""
     hw = preset.hardware()
-    target = _tvm.Target(preset.tvm_target(hw))
     cands = cuda_mixed.knob_candidates(spec)
-    mod = _tvm.normalize_mod(get_family("mixed").compute_for(spec, "cuda"))
-    out = {}
+    out = []
     for order in cuda_mixed.ORDERS:
-        out[order] = []
-        for kl in [v for v in k_lanes if v in cands["k_lanes"]]:
-            for nl in [v for v in n_lanes if v in cands["n_lanes"]]:
-                if kl * nl > 1024:
-                    continue
-                knobs = {"k_lanes": kl, "n_lanes": nl, "unroll": 64}
-                sch = cuda_mixed.sketch(_tvm.Schedule(mod), spec, hw, order, knobs)
-                lib = _tvm.tvm.compile(sch.mod, target=target)
-                out[order].append((lib[spec.name()], knobs))
+        name, knobs = cuda_mixed.heuristic_knobs(spec, hw, order)
+        out.append({"sketch": name, "knobs": knobs})
+        for suffix, (kls, nls, lgs) in (grid or GRID).items():
+            for kl, nl, lg in itertools.product(kls, nls, lgs):
+                knobs = {"k_lanes": kl, "n_lanes": nl, "load_groups": lg, "unroll": 64}
+                variant = {"sketch": order + suffix, "knobs": knobs}
+                if (kl in cands["k_lanes"] and nl in cands["n_lanes"]
+                        and lg in cands["load_groups"] and kl * nl <= 1024
+                        and variant not in out):
+                    out.append(variant)
     return out
 
 
-def timed_kernel(label, function, spec, x, l2, tensors, kernel=None):
+def build_variant(spec_json: str, target: str, variant: dict, out_dir: str) -> dict:
+    """Compile one variant into ``out_dir`` (a process-pool job): {"so", "seconds"} or
+    {"error"}."""
+    t0 = time.monotonic()
+    try:
+        spec = MixedSpec.from_dict(json.loads(spec_json))
+        preset = targets.get(target)
+        hw = preset.hardware()
+        mod = _tvm.normalize_mod(get_family("mixed").compute_for(spec, "cuda"))
+        sch = cuda_mixed.sketch(_tvm.Schedule(mod), spec, hw, variant["sketch"],
+                                variant["knobs"])
+        lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))
+        knobs = "_".join(f"{v}" for v in variant["knobs"].values())
+        so = Path(out_dir) / f"{variant['sketch'].replace('+', '_')}_{knobs}.so"
+        lib.export_library(str(so))
+        return {"so": str(so), "seconds": time.monotonic() - t0,
+                "ptxas": _ptxas(lib, hw.arch)}
+    except Exception as error:  # noqa: BLE001 - a failed variant is reported, not fatal
+        return {"error": f"{type(error).__name__}: {str(error).splitlines()[-1][:300]}",
+                "seconds": time.monotonic() - t0}
+
+
+def _ptxas(lib, arch: str) -> dict | None:
+    """ptxas's registers and spills for the generated CUDA C (None where that fails)."""
+    from qcompile.testing.cuda_emulator import ptxas_report
+
+    try:
+        device = next(m for m in lib.mod.imports if m.kind == "cuda")
+        for fmt in ("cu", ""):
+            source = device.inspect_source(fmt)
+            if "__global__" in source:
+                return ptxas_report(source, arch)
+    except Exception:  # noqa: BLE001 - a report, not a requirement
+        return None
+    return None
+
+
+def build_variants(spec: MixedSpec, preset, variants: list[dict], out_dir: Path,
+                   jobs: int) -> list[dict]:
+    """Every variant built in a pool of ``jobs`` processes (spawned: the parent has CUDA)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(build_variant, spec.to_json(), preset.name, v, str(out_dir))
+                   for v in variants]
+        return [future.result() for future in futures]
+
+
+def timed_kernel(label, function, spec, x, l2, tensors, kernel=None, reference=None,
+                 prepared=None):
     """(Timed, max relative error) of ``function`` on the family's random valid operands,
-    prepared by ``kernel`` (a loaded kernel knows its weight layout) or by the family."""
+    prepared by ``kernel`` (a loaded kernel knows its weight layout) or by the family;
+    ``reference`` (the float64 x @ W on the GPU) and ``prepared`` are computed when not given."""
     family = get_family(spec.family)
-    prepared = (kernel.prepare(**tensors) if kernel is not None
-                else family.prepare(spec, device="cuda", **tensors))
-    reference = torch.from_numpy(family.reference(spec, x.cpu().numpy(), **tensors)).cuda()
+    if prepared is None:
+        prepared = (kernel.prepare(**tensors) if kernel is not None
+                    else family.prepare(spec, device="cuda", **tensors))
+    if reference is None:
+        reference = torch.from_numpy(family.reference(spec, x.cpu().numpy(), **tensors)).cuda()
     y = torch.full((spec.m, spec.n), float("nan"), device="cuda")
     function(x, *prepared.tensors, y)
     torch.cuda.synchronize()
@@ -116,8 +186,17 @@ def main(argv=None) -> int:
     parser.add_argument("--shape", type=parse_shape, default=parse_shape("8192x28672"))
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--g4", type=int, default=64)
-    parser.add_argument("--sweep-k-lanes", default="2,4,8,16")
-    parser.add_argument("--sweep-n-lanes", default="8,16,32,64")
+    parser.add_argument("--sweep-only", action="store_true",
+                        help="time only uniform 4-bit, the mixed 0.2%% heuristic and the sweep")
+    parser.add_argument("--variants", metavar="FILE",
+                        help='JSON list of {"sketch": ..., "knobs": {...}} to sweep instead of '
+                             "the built-in grid")
+    for knob in ("k-lanes", "n-lanes", "load-groups"):
+        parser.add_argument(f"--sweep-{knob}", metavar="V,V,...",
+                            help=f"{knob} values of the grid (both layouts; default: the "
+                                 "built-in GRID)")
+    parser.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1),
+                        help="processes building the sweep's variants")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     args = parser.parse_args(argv)
@@ -127,6 +206,23 @@ def main(argv=None) -> int:
     storage = Storage(args.db) if args.db else None
     k, n = args.shape
     specs = workloads(k, n, args.batch, args.g4)
+    if args.sweep_only:
+        specs = {label: specs[label] for label in ("uniform 4-bit g128", "mixed 0.2% outliers")}
+    started = time.monotonic()
+    sweep_spec = specs["mixed 0.2% outliers"]
+    if args.variants:
+        variants = json.loads(Path(args.variants).read_text())
+    else:
+        grid = {suffix: tuple(
+            [int(v) for v in override.split(",")] if override else values
+            for override, values in zip((args.sweep_k_lanes, args.sweep_n_lanes,
+                                         args.sweep_load_groups), knobs, strict=True))
+            for suffix, knobs in GRID.items()}
+        variants = variants_grid(sweep_spec, preset, grid)
+    out_dir = Path(tempfile.mkdtemp(prefix="qcompile-mixed-"))
+    built = build_variants(sweep_spec, preset, variants, out_dir / "variants", args.jobs)
+    print(f"built {sum('so' in b for b in built)}/{len(built)} variants in "
+          f"{time.monotonic() - started:.0f} s ({args.jobs} processes)", flush=True)
     tuning = []
     if args.tune_trials:
         from qcompile.tune import tune
@@ -146,26 +242,49 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     x = torch.randn(args.batch, k, device="cuda")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    out_dir = Path(tempfile.mkdtemp(prefix="qcompile-mixed-"))
     timed, rows = [], {}
+    family = get_family("mixed")
+    sweep_tensors = family.example_tensors(sweep_spec, rng)
+    reference = torch.from_numpy(family.reference(sweep_spec, x.cpu().numpy(),
+                                                  **sweep_tensors)).cuda()
     for label, spec in specs.items():
-        tensors = get_family(spec.family).example_tensors(spec, rng)
+        swept = spec == sweep_spec  # the sweep's operands and reference, computed once
+        tensors = (sweep_tensors if swept
+                   else get_family(spec.family).example_tensors(spec, rng))
         kernel, origin = load_kernel(spec, preset, storage, out_dir)
-        t, error = timed_kernel(label, kernel.function, spec, x, l2, tensors, kernel)
+        t, error = timed_kernel(label, kernel.function, spec, x, l2, tensors, kernel,
+                                reference=reference if swept else None)
         timed.append(t)
         rows[label] = {"kernel": label, "spec": spec.name(), "origin": origin,
                        "max_rel_error": error}
-    sweep_spec = specs["mixed 0.2% outliers"]
-    sweep_tensors = get_family("mixed").example_tensors(sweep_spec, rng)
-    grid = order_functions(sweep_spec, preset, [int(v) for v in args.sweep_k_lanes.split(",")],
-                           [int(v) for v in args.sweep_n_lanes.split(",")])
-    for order, functions in grid.items():
-        for function, knobs in functions:
-            label = f"mixed 0.2% {order} k{knobs['k_lanes']} n{knobs['n_lanes']}"
-            t, error = timed_kernel(label, function, sweep_spec, x, l2, sweep_tensors)
-            timed.append(t)
-            rows[label] = {"kernel": label, "order": order, "knobs": knobs,
-                           "max_rel_error": error}
+    sweep_prepared = family.prepare(sweep_spec, device="cuda", **sweep_tensors)
+    print(f"baselines ready at {time.monotonic() - started:.0f} s", flush=True)
+    failed = []
+    for variant, result in zip(variants, built, strict=True):
+        knobs = variant["knobs"]
+        label = (f"{variant['sketch']} k{knobs['k_lanes']} n{knobs['n_lanes']} "
+                 f"lg{knobs['load_groups']} u{knobs['unroll']}")
+        row = {"kernel": label, "order": cuda_mixed.split_sketch(variant["sketch"])[0],
+               "sketch": variant["sketch"], "knobs": knobs,
+               "build_seconds": result["seconds"], "ptxas": result.get("ptxas")}
+        try:
+            if "error" in result:
+                raise RuntimeError(result["error"])
+            function = _tvm.tvm.runtime.load_module(result["so"])[sweep_spec.name()]
+            t, error = timed_kernel(label, function, sweep_spec, x, l2, sweep_tensors,
+                                    reference=reference, prepared=sweep_prepared)
+        except Exception as problem:  # noqa: BLE001 - report the variant, go on
+            failed.append({**row, "error": str(problem)[:300]})
+            print(f"  {label}: FAILED {str(problem)[:200]}", flush=True)
+            continue
+        if not error < 1e-4:
+            failed.append({**row, "error": f"max relative error {error:.2e}"})
+            print(f"  {label}: WRONG (max relative error {error:.2e})", flush=True)
+            continue
+        timed.append(t)
+        rows[label] = {**row, "max_rel_error": error}
+    print(f"{len(rows)} kernels loaded and checked at {time.monotonic() - started:.0f} s",
+          flush=True)
     for t in timed:
         t.prepare()
     for _ in range(args.rounds):
@@ -178,26 +297,43 @@ def main(argv=None) -> int:
     four = rows["uniform 4-bit g128"]
     fused = rows["mixed 0.2% outliers"]
     best = {order: min((r for r in rows.values() if r.get("order") == order),
-                       key=lambda r: r["median_us"]) for order in cuda_mixed.ORDERS}
+                       key=lambda r: r["median_us"]) for order in cuda_mixed.ORDERS
+            if any(r.get("order") == order for r in rows.values())}
+
+    def described(row):
+        return {"sketch": row["sketch"], "knobs": row["knobs"], "ptxas": row["ptxas"],
+                "median_us": row["median_us"],
+                "effective_gbps": row["effective_gbps"],
+                "vs_uniform4_bandwidth": row["effective_gbps"] / four["effective_gbps"]}
+
     summary = {
+        "uniform4_gbps": four["effective_gbps"],
+        "uniform4_us": four["median_us"],
         "fused_vs_uniform4_bandwidth": fused["effective_gbps"] / four["effective_gbps"],
         "fused_vs_uniform4_latency": fused["median_us"] / four["median_us"],
-        "outlier_slowdown": {label: rows[label]["median_us"] / rows["mixed 0.0% outliers"][
-            "median_us"] for label in rows if label.startswith("mixed") and "outliers" in label},
-        "sync_best": {"median_us": best["sync"]["median_us"], "knobs": best["sync"]["knobs"]},
-        "async_best": {"median_us": best["async"]["median_us"], "knobs": best["async"]["knobs"]},
-        "async_speedup_over_sync": best["sync"]["median_us"] / best["async"]["median_us"],
+        "outlier_slowdown": ({label: rows[label]["median_us"] / rows["mixed 0.0% outliers"][
+            "median_us"] for label in rows if label.startswith("mixed") and "outliers" in label}
+            if "mixed 0.0% outliers" in rows else None),
+        **{f"{order}_best": described(row) for order, row in best.items()},
+        "best_vs_uniform4_bandwidth": max(
+            (r["effective_gbps"] for r in best.values()), default=0) / four["effective_gbps"],
+        "async_speedup_over_sync": (best["sync"]["median_us"] / best["async"]["median_us"]
+                                    if len(best) == 2 else None),
+        "variants": len(variants), "variants_failed": len(failed),
         "max_rel_error": max(r["max_rel_error"] for r in rows.values()),
+        "seconds": time.monotonic() - started,
     }
     for row in rows.values():
-        print(f"  {row['kernel']:34s} {row['median_us']:9.2f} us {row['effective_gbps']:8.0f} "
-              f"GB/s  err {row['max_rel_error']:.1e}")
+        registers = (row.get("ptxas") or {}).get("registers", "")
+        print(f"  {row['kernel']:44s} {row['median_us']:9.2f} us {row['effective_gbps']:8.0f} "
+              f"GB/s  err {row['max_rel_error']:.1e}  regs {registers}")
     print(json.dumps(summary, indent=2))
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"gpu": torch.cuda.get_device_name(0), "shape": [k, n],
                        "batch": args.batch, "rounds": args.rounds, "tuning": tuning,
-                       "rows": list(rows.values()), "summary": summary}, handle, indent=2)
+                       "rows": list(rows.values()), "failed": failed, "summary": summary},
+                      handle, indent=2)
     return 0
 
 

@@ -11,7 +11,7 @@ import pytest
 import targets
 from qcompile import _tvm
 from qcompile.kernels import MixedSpec, get_family
-from qcompile.testing.cuda_emulator import aligned, emulate
+from qcompile.testing.cuda_emulator import aligned, emulate, ptxas_report
 from schedules import get_design_space
 from schedules.cuda import mixed as cuda_mixed
 
@@ -19,7 +19,8 @@ FAMILY = get_family("mixed")
 PRESET = targets.get("cuda")
 HW = PRESET.hardware()
 TARGET = _tvm.Target(PRESET.tvm_target())
-KNOBS = {"k_lanes": 4, "n_lanes": 8, "unroll": 64}
+KNOBS = {"k_lanes": 4, "n_lanes": 8, "load_groups": 1, "unroll": 64}
+WARPS = {"k_lanes": 4, "n_lanes": 8, "load_groups": 4, "unroll": 64}
 
 
 def schedule(spec, order, knobs=KNOBS):
@@ -37,11 +38,19 @@ def cuda_source(sch) -> str:
 @pytest.mark.parametrize(("spec", "knobs", "order"), [
     (MixedSpec(k=1024, n=256, g4=64, outlier_share=0.01), KNOBS, "sync"),
     (MixedSpec(k=1024, n=256, g4=64, outlier_share=0.01), KNOBS, "async"),
-    (MixedSpec(k=1024, n=256, m=3, g4=64), {"k_lanes": 2, "n_lanes": 16, "unroll": 0},
-     "async"),
+    (MixedSpec(k=1024, n=256, m=3, g4=64),
+     {"k_lanes": 2, "n_lanes": 16, "load_groups": 2, "unroll": 0}, "async"),
     (MixedSpec(k=2048, n=128, g1=32, g2=8, g4=128, outlier_share=0.0),
-     {"k_lanes": 4, "n_lanes": 4, "unroll": 512}, "sync"),
-], ids=["gemv-1pct-sync", "gemv-1pct-async", "m3-async", "g32-no-outliers-sync"])
+     {"k_lanes": 4, "n_lanes": 4, "load_groups": 1, "unroll": 512}, "sync"),
+    (MixedSpec(k=1024, n=256, outlier_share=0.01), WARPS, "sync+k_warps"),
+    (MixedSpec(k=1024, n=256, outlier_share=0.01), WARPS, "async+k_warps"),
+    (MixedSpec(k=1024, n=256, m=3, g4=64),
+     {"k_lanes": 2, "n_lanes": 16, "load_groups": 2, "unroll": 0}, "async+k_warps"),
+    (MixedSpec(k=2048, n=128, g1=32, g2=8, g4=128, outlier_share=0.0),
+     {"k_lanes": 4, "n_lanes": 8, "load_groups": 2, "unroll": 512}, "sync+k_warps"),
+], ids=["gemv-1pct-sync", "gemv-1pct-async", "m3-async", "g32-no-outliers-sync",
+        "warps-gemv-1pct-sync", "warps-gemv-1pct-async", "warps-m3-async",
+        "warps-g32-no-outliers-sync"])
 def test_emulated_kernel_matches_reference(spec, knobs, order):
     sch = schedule(spec, order, knobs)
     rng = np.random.default_rng(spec.k + spec.m)
@@ -78,15 +87,97 @@ def test_design_space_offers_both_orders_with_valid_knobs():
     assert max(cands["n_lanes"]) == 256
     mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
     spaces = get_design_space(spec, "cuda")(_tvm.Schedule(mod, seed=3), spec, HW)
-    assert len(spaces) == 2
+    assert len(spaces) == len(cuda_mixed.SKETCHES) == 4  # 2 orders x 2 K-lane layouts
     for sch in spaces:
         names = [inst.kind.name for inst in sch.trace.insts]
-        assert names.count("SampleCategorical") == 3
+        assert names.count("SampleCategorical") == 4
 
 
-def test_heuristic_schedule_builds():
-    from qcompile.build import build_untuned
+def test_k_warps_layout_reads_whole_rows_per_warp():
+    """``+k_warps``: threadIdx.x over N (a warp's 128-bit loads cover adjacent columns of one
+    packed row), the K lanes on threadIdx.y meet through shared memory, ``load_groups`` 2-bit
+    groups' words requested before the first decode (async: double-buffered, in registers)."""
+    spec = MixedSpec(k=1024, n=256, g4=64)
+    for order in cuda_mixed.ORDERS:
+        source = cuda_source(schedule(spec, order + cuda_mixed.K_WARPS, WARPS))
+        loads = re.findall(r"\*\(int4\*\)\(codes2_ptr \+ ([^;]*)\);", source)
+        assert loads and all("((int)threadIdx.x) * 4)" in load for load in loads)
+        assert "red_buf" in source  # the cross-warp reduction in shared memory
+        buffered = 2 if order == "async" else 1
+        assert f"int codes2_local_ptr[{4 * 4 * buffered}]" in source
+        assert "local_ptr[((" not in source  # no register array indexed by a variable
 
-    spec = MixedSpec(k=1024, n=512, g4=64)
-    result = build_untuned(spec, PRESET, "/tmp/qcompile-mixed-cuda-test")
-    assert result.so_path.is_file()
+
+def test_heuristic_fills_the_sms_with_k_warps():
+    """At the H200 shape: 128 contiguous bytes per warp and row, 4 groups' words in flight;
+    sync: 896 blocks of 128 threads, all resident at once (one wave); async: 256 threads (3
+    pipeline steps per lane). Both within the planned registers (ptxas, where nvcc is)."""
+    spec = MixedSpec(k=8192, n=28672)
+    expected = {"sync": 16, "async": 32}
+    for order in cuda_mixed.ORDERS:
+        name, knobs = cuda_mixed.heuristic_knobs(spec, HW, order)
+        assert name == order + cuda_mixed.K_WARPS
+        assert knobs == {"k_lanes": expected[order], "n_lanes": 8, "load_groups": 4,
+                         "unroll": 64}
+        blocks = spec.n // cuda_mixed.vector_width(spec) // knobs["n_lanes"]
+        assert blocks == 896 >= 4 * HW.sm_count
+    sync = cuda_mixed.heuristic_knobs(spec, HW)[1]
+    threads = sync["k_lanes"] * sync["n_lanes"]
+    per_sm = -(-896 // HW.sm_count)
+    assert per_sm * threads * cuda_mixed.HEURISTIC_REGISTERS <= HW.registers_per_block
+
+
+def test_heuristic_registers_leave_half_occupancy():
+    report = ptxas_report(cuda_source(cuda_mixed.heuristic_schedule(
+        _tvm.Schedule(_tvm.normalize_mod(FAMILY.compute_for(MixedSpec(k=8192, n=28672),
+                                                            "cuda"))),
+        MixedSpec(k=8192, n=28672), HW)))
+    if report is None:
+        pytest.skip("no nvcc")
+    assert report["registers"] <= cuda_mixed.HEURISTIC_REGISTERS
+    assert report["spill_stores"] == report["stack_bytes"] == 0
+
+
+def test_sweep_grid_and_pool_build(tmp_path, monkeypatch):
+    """tools/bench_mixed_cuda.py's sweep: the grid holds the heuristic of each order first and
+    only candidate knobs; its variants build in a process pool (the GPU run times them)."""
+    import pathlib
+    import sys
+
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parents[2] / "tools"))
+    sys.modules.pop("bench_mixed_cuda", None)
+    import bench_mixed_cuda
+
+    spec = MixedSpec(k=8192, n=28672)
+    variants = bench_mixed_cuda.variants_grid(spec, PRESET)
+    cands = cuda_mixed.knob_candidates(spec)
+    for order in cuda_mixed.ORDERS:
+        mine = [v for v in variants if cuda_mixed.split_sketch(v["sketch"])[0] == order]
+        name, knobs = cuda_mixed.heuristic_knobs(spec, HW, order)
+        assert mine[0] == {"sketch": name, "knobs": knobs}
+        assert {v["sketch"] for v in mine} == {order, order + cuda_mixed.K_WARPS}
+    assert all(v["knobs"][k] in cands[k] for v in variants for k in cands)
+    assert len(variants) == len({str(v) for v in variants}) <= 48  # a few minutes on the GPU
+
+    small = MixedSpec(k=1024, n=256)
+    chosen = [{"sketch": "sync+k_warps", "knobs": WARPS},
+              {"sketch": "async", "knobs": {**KNOBS, "k_lanes": 3}}]
+    built = bench_mixed_cuda.build_variants(small, PRESET, chosen, tmp_path / "v", jobs=2)
+    assert pathlib.Path(built[0]["so"]).is_file()
+    assert "k_lanes=3 is not a candidate" in built[1]["error"]
+
+
+@pytest.mark.parametrize("order", cuda_mixed.ORDERS)
+def test_h200_heuristic_knobs_emulated_at_full_k(order):
+    """The untuned knobs of 8192 x 28672 (either order), at its K with a small N."""
+    name, knobs = cuda_mixed.heuristic_knobs(MixedSpec(k=8192, n=28672), HW, order)
+    spec = MixedSpec(k=8192, n=256)
+    rng = np.random.default_rng(1)
+    tensors = FAMILY.example_tensors(spec, rng)
+    operands = [aligned(t.numpy()) for t in FAMILY.prepare(spec, **tensors).tensors]
+    x = rng.standard_normal((1, spec.k)).astype(np.float32)
+    y = aligned(np.full((1, spec.n), np.nan, dtype=np.float32))
+    emulate(schedule(spec, name, knobs).mod, TARGET)(
+        x=aligned(x), **dict(zip(spec.layout.shapes(), operands, strict=True)), y=y)
+    reference = FAMILY.reference(spec, x, **tensors)
+    assert np.abs(y - reference).max() / np.abs(reference).max() < 1e-5

@@ -48,6 +48,23 @@ def test_both_orders_match_reference(order, m):
     check(spec, lib[spec.name()], seed=m)
 
 
+@pytest.mark.parametrize("sketch", cuda_mixed.SKETCHES)
+@pytest.mark.parametrize("knobs", [
+    {"k_lanes": 8, "n_lanes": 32, "load_groups": 1, "unroll": 64},
+    {"k_lanes": 32, "n_lanes": 8, "load_groups": 4, "unroll": 64},
+    {"k_lanes": 16, "n_lanes": 16, "load_groups": 2, "unroll": 0},
+], ids=["k8-n32-lg1", "k32-n8-lg4", "k16-n16-lg2"])
+def test_every_sketch_matches_reference(sketch, knobs):
+    """Both orders in both K-lane layouts (K lanes in a warp / across warps), at the H200
+    shape's K and g4 with a smaller N."""
+    spec = MixedSpec(k=8192, n=2048)
+    hw = PRESET.hardware()
+    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    sch = cuda_mixed.sketch(_tvm.Schedule(mod), spec, hw, sketch, knobs)
+    lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(PRESET.tvm_target(hw)))
+    check(spec, lib[spec.name()], seed=3)
+
+
 def test_untuned_and_tuned_kernels_load_and_run(tmp_path):
     spec = MixedSpec(k=2048, n=2048, outlier_share=0.005)
     kernel = qcompile.load(build_untuned(spec, PRESET, tmp_path / "untuned").so_path)

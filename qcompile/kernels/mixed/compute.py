@@ -28,25 +28,66 @@ from qcompile.kernels.uniform.compute import field_expr, field_scale_expr
 
 
 def field_scale_cuda(k, bits: int):
-    """``2**-(bits * j)`` for k's field j as uniform/compute.py's ``field_scale_expr``, built
-    as ``1 / float(1 << bits*j)``: TVM's CUDA code generator prints a reinterpret of a constant
-    as the address of a literal, which does not compile (uniform/compute_cuda.py)."""
+    """``2**-(bits * (j % half))`` for k's field j, ``half`` = fields per 16 bits: the factor
+    that undoes :func:`field_expr_cuda`'s in-place field. Built as ``1 / float(1 << ...)``: TVM's
+    CUDA code generator prints a reinterpret of a constant as the address of a literal, which
+    does not compile (uniform/compute_cuda.py)."""
     per_word = 32 // bits
+    j = (k % per_word) % (per_word // 2)
+    return T.float32(1) / T.Cast("float32", T.shift_left(T.int32(1), j * bits))
+
+
+def field_expr_cuda(codes, k, n, bits: int):
+    """float32 code q[k, n] times ``2**(bits * (j % half))`` without an int-to-float convert
+    (a quarter-rate instruction on NVIDIA GPUs, the decode's bottleneck): the field, in place in
+    its 16-bit half of the word, is OR-ed into the mantissa of 2**23 and 2**23 subtracted:
+    one LOP3, one FADD (plus a shift per word for the upper fields), exact."""
+    per_word = 32 // bits
+    half = per_word // 2
     j = k % per_word
-    return T.Select(j == per_word - 1, T.float32(1), T.float32(1) / T.Cast(
-        "float32", T.shift_left(T.int32(1), j * bits)))
+    word = T.Cast("uint32", codes[k // per_word, n])
+    halfword = T.Select(j >= half, T.shift_right(word, T.uint32(16)), word)
+    field = T.bitwise_and(halfword, T.shift_left(T.uint32((1 << bits) - 1),
+                                                 T.Cast("uint32", (j % half) * bits)))
+    return (T.reinterpret("float32", T.bitwise_or(field, T.uint32(0x4B000000)))
+            - T.float32(1 << 23))
 
 
 def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
     """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes).
 
-    ``target_kind`` "cuda" changes only how the field scales are written (same values)."""
-    field_scale = field_scale_cuda if target_kind == "cuda" else field_scale_expr
+    ``target_kind`` "cuda" changes how fields are decoded and scaled (same values, exact:
+    :func:`field_expr_cuda`), gathers x without the field factors (they go into the dot
+    product), and runs the 4-bit part's dot products and x sums per g1-group (the scale and
+    zero of its g4 group applied to each): the same sums in another order."""
+    cuda = target_kind == "cuda"
+    field = field_expr_cuda if cuda else field_expr
+
+    # CPU: the field factors go into the gathered x once (gather2/gather4). CUDA: the gathered
+    # x stays plain (a group's x is one run of 16 floats the schedule loads with 128-bit
+    # loads, and its group sum reads it from there); the factor, a constant once unrolled,
+    # goes into the dot product.
+    def gathered(value, k, bits: int):
+        return value if cuda else value * field_scale_expr(k, bits)
+
+    def group_input(from_x, from_gathered):
+        return from_gathered if cuda else from_x
+
+    def scaled(value, k, bits: int):
+        return value * field_scale_cuda(k, bits) if cuda else value
     lay = spec.layout
     M, K, N = spec.m, spec.k, spec.n
     G, G2, H = lay.groups, lay.groups2, lay.scale_groups4
     K2, K4, C = lay.rows2, lay.rows4, lay.capacity
     g1, g2, g4 = lay.g1, lay.g2, lay.g4
+    # The 4-bit part's dot products and x sums run over H1 groups of r1 rows: its scale groups
+    # on CPUs; on CUDA its g1-groups (runs of g1 floats of x, like the 2-bit part's), each
+    # scaled by its g4 group's scale and zero.
+    H1, r1 = (K4 // g1, g1) if cuda else (H, g4)
+
+    def scale_group(vh):
+        return vh // (g4 // g1) if cuda else vh
+
     attrs = spec.func_attrs()
 
     @T.prim_func(s_tir=True)
@@ -72,26 +113,27 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
         s1 = T.sblock_alloc_buffer((G2, N), "float32")
         y2 = T.sblock_alloc_buffer((M, N), "float32")
         x4 = T.sblock_alloc_buffer((M, K4), "float32")
-        xs4 = T.sblock_alloc_buffer((M, H), "float32")
-        dot4 = T.sblock_alloc_buffer((M, H, N), "float32")
+        xs4 = T.sblock_alloc_buffer((M, H1), "float32")
+        dot4 = T.sblock_alloc_buffer((M, H1, N), "float32")
         y4 = T.sblock_alloc_buffer((M, N), "float32")
         for m, r in T.grid(M, K2):
             with T.sblock("gather2"):
                 vm, vr = T.axis.remap("SS", [m, r])
-                x2[vm, vr] = x[vm, order[vr // g1] * g1 + vr % g1] * field_scale(vr, 2)
+                x2[vm, vr] = gathered(x[vm, order[vr // g1] * g1 + vr % g1], vr, 2)
         for m, g, j in T.grid(M, G2, g1):
             with T.sblock("group_sum2"):
                 vm, vg, vj = T.axis.remap("SSR", [m, g, j])
                 with T.init():
                     xs2[vm, vg] = T.float32(0)
-                xs2[vm, vg] = xs2[vm, vg] + x[vm, order[vg] * g1 + vj]
+                xs2[vm, vg] = xs2[vm, vg] + group_input(x[vm, order[vg] * g1 + vj],
+                                                         x2[vm, vg * g1 + vj])
         for m, g, n, j in T.grid(M, G2, N, g1):
             with T.sblock("group_dot2"):
                 vm, vg, vn, vj = T.axis.remap("SSSR", [m, g, n, j])
                 with T.init():
                     dot2[vm, vg, vn] = T.float32(0)
-                dot2[vm, vg, vn] = dot2[vm, vg, vn] + x2[vm, vg * g1 + vj] * field_expr(
-                    codes2, vg * g1 + vj, vn, 2)
+                dot2[vm, vg, vn] = dot2[vm, vg, vn] + scaled(
+                    x2[vm, vg * g1 + vj], vg * g1 + vj, 2) * field(codes2, vg * g1 + vj, vn, 2)
         for g, n in T.grid(G2, N):
             with T.sblock("scale1"):
                 vg, vn = T.axis.remap("SS", [g, n])
@@ -109,28 +151,30 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
         for m, r in T.grid(M, K4):
             with T.sblock("gather4"):
                 vm, vr = T.axis.remap("SS", [m, r])
-                x4[vm, vr] = x[vm, order[G2 + vr // g1] * g1 + vr % g1] * field_scale(vr, 4)
-        for m, h, j in T.grid(M, H, g4):
+                x4[vm, vr] = gathered(x[vm, order[G2 + vr // g1] * g1 + vr % g1], vr, 4)
+        for m, h, j in T.grid(M, H1, r1):
             with T.sblock("group_sum4"):
                 vm, vh, vj = T.axis.remap("SSR", [m, h, j])
                 with T.init():
                     xs4[vm, vh] = T.float32(0)
-                xs4[vm, vh] = xs4[vm, vh] + x[
-                    vm, order[G2 + (vh * g4 + vj) // g1] * g1 + (vh * g4 + vj) % g1]
-        for m, h, n, j in T.grid(M, H, N, g4):
+                xs4[vm, vh] = xs4[vm, vh] + group_input(
+                    x[vm, order[G2 + (vh * r1 + vj) // g1] * g1 + (vh * r1 + vj) % g1],
+                    x4[vm, vh * r1 + vj])
+        for m, h, n, j in T.grid(M, H1, N, r1):
             with T.sblock("group_dot4"):
                 vm, vh, vn, vj = T.axis.remap("SSSR", [m, h, n, j])
                 with T.init():
                     dot4[vm, vh, vn] = T.float32(0)
-                dot4[vm, vh, vn] = dot4[vm, vh, vn] + x4[vm, vh * g4 + vj] * field_expr(
-                    codes4, vh * g4 + vj, vn, 4)
-        for m, n, h in T.grid(M, N, H):
+                dot4[vm, vh, vn] = dot4[vm, vh, vn] + scaled(
+                    x4[vm, vh * r1 + vj], vh * r1 + vj, 4) * field(codes4, vh * r1 + vj, vn, 4)
+        for m, n, h in T.grid(M, N, H1):
             with T.sblock("combine4"):
                 vm, vn, vh = T.axis.remap("SSR", [m, n, h])
                 with T.init():
                     y4[vm, vn] = T.float32(0)
-                y4[vm, vn] = y4[vm, vn] + T.Cast("float32", scales4[vh, vn]) * (
-                    dot4[vm, vh, vn] - T.Cast("float32", zeros4[vh, vn]) * xs4[vm, vh])
+                y4[vm, vn] = y4[vm, vn] + T.Cast("float32", scales4[scale_group(vh), vn]) * (
+                    dot4[vm, vh, vn]
+                    - T.Cast("float32", zeros4[scale_group(vh), vn]) * xs4[vm, vh])
         for m, n in T.grid(M, N):
             with T.sblock("finish"):
                 vm, vn = T.axis.remap("SS", [m, n])
