@@ -335,7 +335,13 @@ def heuristic_knobs(spec: UniformSpec, hw: GpuHardware) -> tuple[str, dict[str, 
         return spec.m * k_lanes * spec.effective_group_size * 4
 
     staged = spec.m > 1 and chunk_bytes(1) <= HEURISTIC_CHUNK_BYTES
-    m_lanes = min(v for v in cands["m_lanes"] if spec.m // v <= (8 if staged else 4))
+    most_rows = 8 if staged else 4
+    if spec.bits == 3 and staged:
+        # 3-bit codes straddle words (more live registers per code): 2 rows per thread where
+        # M allows; ptxas spills at 4 (128-thread blocks, 8192x28672, M = 4)
+        most_rows = 2
+    m_lanes = min([v for v in cands["m_lanes"] if spec.m // v <= most_rows]
+                  or [max(cands["m_lanes"])])
     rows = spec.m // m_lanes
     # x in registers past M = 4: 8 columns per thread halve the x work per weight.
     n_vecs = 2 if not staged and spec.m > 4 and 2 in cands["n_vecs"] else 1

@@ -25,6 +25,7 @@ from __future__ import annotations
 from qcompile._tvm import T
 from qcompile.kernels.mixed.spec import MixedSpec
 from qcompile.kernels.uniform.compute import field_expr, field_scale_expr
+from qcompile.kernels.uniform.compute_cuda import magic_bits_from
 
 
 def field_scale_cuda(k, bits: int):
@@ -37,11 +38,15 @@ def field_scale_cuda(k, bits: int):
     return T.float32(1) / T.Cast("float32", T.shift_left(T.int32(1), j * bits))
 
 
-def field_expr_cuda(codes, k, n, bits: int):
+def field_expr_cuda(codes, k, n, bits: int, magic_source):
     """float32 code q[k, n] times ``2**(bits * (j % half))`` without an int-to-float convert
     (a quarter-rate instruction on NVIDIA GPUs, the decode's bottleneck): the field, in place in
     its 16-bit half of the word, is OR-ed into the mantissa of 2**23 and 2**23 subtracted:
-    one LOP3, one FADD (plus a shift per word for the upper fields), exact."""
+    one LOP3, one FADD (plus a shift per word for the upper fields), exact.
+
+    ``magic_source``: a uint8 value of the code's group and column, from which the exponent
+    bits of 2**23 are computed (:func:`~qcompile.kernels.uniform.compute_cuda.magic_bits_from`:
+    as a register, not an immediate, so mask and OR are one LOP3)."""
     per_word = 32 // bits
     half = per_word // 2
     j = k % per_word
@@ -49,8 +54,13 @@ def field_expr_cuda(codes, k, n, bits: int):
     halfword = T.Select(j >= half, T.shift_right(word, T.uint32(16)), word)
     field = T.bitwise_and(halfword, T.shift_left(T.uint32((1 << bits) - 1),
                                                  T.Cast("uint32", (j % half) * bits)))
-    return (T.reinterpret("float32", T.bitwise_or(field, T.uint32(0x4B000000)))
-            - T.float32(1 << 23))
+    magic = magic_bits_from(T.Cast("float32", magic_source))
+    return T.reinterpret("float32", T.bitwise_or(field, magic)) - T.float32(1 << 23)
+
+
+def field_expr_cpu(codes, k, n, bits: int, magic_source):
+    """:func:`field_expr` with :func:`field_expr_cuda`'s signature (``magic_source`` unused)."""
+    return field_expr(codes, k, n, bits)
 
 
 def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
@@ -61,7 +71,7 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
     product), and runs the 4-bit part's dot products and x sums per g1-group (the scale and
     zero of its g4 group applied to each): the same sums in another order."""
     cuda = target_kind == "cuda"
-    field = field_expr_cuda if cuda else field_expr
+    field = field_expr_cuda if cuda else field_expr_cpu
 
     # CPU: the field factors go into the gathered x once (gather2/gather4). CUDA: the gathered
     # x stays plain (a group's x is one run of 16 floats the schedule loads with 128-bit
@@ -133,7 +143,8 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
                 with T.init():
                     dot2[vm, vg, vn] = T.float32(0)
                 dot2[vm, vg, vn] = dot2[vm, vg, vn] + scaled(
-                    x2[vm, vg * g1 + vj], vg * g1 + vj, 2) * field(codes2, vg * g1 + vj, vn, 2)
+                    x2[vm, vg * g1 + vj], vg * g1 + vj, 2) * field(codes2, vg * g1 + vj, vn, 2,
+                                                                   meta2[vg, vn])
         for g, n in T.grid(G2, N):
             with T.sblock("scale1"):
                 vg, vn = T.axis.remap("SS", [g, n])
@@ -166,7 +177,8 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
                 with T.init():
                     dot4[vm, vh, vn] = T.float32(0)
                 dot4[vm, vh, vn] = dot4[vm, vh, vn] + scaled(
-                    x4[vm, vh * r1 + vj], vh * r1 + vj, 4) * field(codes4, vh * r1 + vj, vn, 4)
+                    x4[vm, vh * r1 + vj], vh * r1 + vj, 4) * field(
+                        codes4, vh * r1 + vj, vn, 4, zeros4[scale_group(vh), vn])
         for m, n, h in T.grid(M, N, H1):
             with T.sblock("combine4"):
                 vm, vn, vh = T.axis.remap("SSR", [m, n, h])

@@ -57,7 +57,7 @@ MAGIC = 8388608.0  # 2**23
 
 #: Marks the PrimFunc as this factorisation (a workload names its compute; see tuning_db).
 COMPUTE_ATTR = "qcompile.compute"
-COMPUTE_NAME = "uniform.cuda.v1"
+COMPUTE_NAME = "uniform.cuda.v2"
 
 
 def fields_per_half(bits: int) -> int:
@@ -106,9 +106,25 @@ def code_bits_in_place(qweight, k, n, bits: int):
     return T.bitwise_and(part, mask)
 
 
-def magic_float(bits_expr):
-    """float32 ``2**23 + v`` for a uint32 expression ``v < 2**23`` (one OR, no conversion)."""
-    return T.reinterpret("float32", T.bitwise_or(bits_expr, T.uint32(MAGIC_BITS)))
+def magic_float(bits_expr, magic_bits=None):
+    """float32 ``2**23 + v`` for a uint32 expression ``v < 2**23`` (one OR, no conversion).
+
+    ``magic_bits``: an expression equal to :data:`MAGIC_BITS` (default: the constant itself).
+    """
+    magic_bits = T.uint32(MAGIC_BITS) if magic_bits is None else magic_bits
+    return T.reinterpret("float32", T.bitwise_or(bits_expr, magic_bits))
+
+
+def magic_bits_from(value):
+    """uint32 :data:`MAGIC_BITS`, computed from a float32 ``value`` in [0, 2**23): the smaller
+    of the bits of ``2**23 + value`` (0x4B000000 and up) and 0x4B000000.
+
+    Why not the constant: a LOP3 takes one immediate, so ``(word & mask) | 0x4B000000`` with two
+    immediates costs ptxas two LOP3s per code. Computed from data (neither TVM nor ptxas can
+    fold it; an AND of the exponent bits ptxas would merge back into every LOP3), the magic
+    sits in a register once per group and column, and mask and OR become one LOP3.
+    """
+    return T.min(T.reinterpret("uint32", T.float32(MAGIC) + value), T.uint32(MAGIC_BITS))
 
 
 def code_minus_zero(qweight, zeros, g, k, n, bits: int):
@@ -118,8 +134,9 @@ def code_minus_zero(qweight, zeros, g, k, n, bits: int):
     else:
         _, jj = half_field(k, bits)
         shift = _pow2(jj * bits)
-    offset = T.float32(MAGIC) + T.Cast("float32", zeros[g, n]) * shift
-    return magic_float(code_bits_in_place(qweight, k, n, bits)) - offset
+    zero = T.Cast("float32", zeros[g, n])
+    offset = T.float32(MAGIC) + zero * shift
+    return magic_float(code_bits_in_place(qweight, k, n, bits), magic_bits_from(zero)) - offset
 
 
 def uniform_compute_cuda(spec: UniformSpec):
