@@ -5,7 +5,7 @@ in ``DIR/<rank>_<variant>/``; this loads each ``.so`` there (``qcompile.load``),
 BCQ operands of its spec once, and calls it ``--calls`` times: every call is two launches, the
 lookup kernel ``bcq_..._kernel`` and the slice sum ``bcq_..._kernel_1``. The order of the
 launches is printed, so ncu's report lines map to variants (ncu numbers launches in that order).
-The first call also JIT-compiles the kernel (NVRTC), outside any launch.
+Loading JIT-compiles each kernel (NVRTC), outside any launch.
 
 On the GPU machine, after the sweep in the same call::
 

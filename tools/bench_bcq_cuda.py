@@ -22,8 +22,8 @@ linear; the best per mu is printed and the JSON holds every variant. ``grid`` is
 (``words_inner`` optional, false by default). Variants are loaded
 until ``--budget-s`` has passed since the start, so a run stays inside its time limit:
 
-    PYTHONPATH=/tmp/tvmsite:$PWD python tools/bench_bcq_cuda.py --variants grid \\
-        --json $OUT/bcq_sweep.json --export-best /tmp/bcq_best
+    PYTHONPATH=/tmp/tvmsite:$PWD python tools/bench_bcq_cuda.py --variants grid --rounds 30 \\
+        --json $OUT/bcq_sweep.json --export-best /tmp/bcq_best 2>&1 | tee $OUT/bcq_sweep.log
 
 ``--export-best DIR`` copies the fastest variants' builds (and the heuristic's) to
 ``DIR/<rank>_<variant>/``; ``tools/bcq_ncu_probe.py`` loads them and calls each a few times,
