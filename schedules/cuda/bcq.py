@@ -120,7 +120,7 @@ def can_stage_words(spec: BcqSpec) -> bool:
 
 def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = None,
            stage_words: bool = False, unroll_groups: bool = False,
-           words_inner: bool = False) -> Schedule:
+           words_inner: bool = False, sums_first: bool = False) -> Schedule:
     """The layout above; knobs sampled, or pinned by ``fixed`` ({knob: value}).
 
     ``stage_words`` loads a group's packed words of every plane into registers before its
@@ -132,6 +132,11 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
     compiler may issue the next group's loads before this group's lookups.
     ``words_inner`` (with ``stage_words``) runs the chunks of a word outside the words: the
     first lookups of a group read all its staged words, so all its loads issue together.
+    ``sums_first`` reads the slice's group sums of x (shared, written by one thread after a
+    cross-thread sum) into registers before the lookups: the barrier that read needs then comes
+    before them, where TVM otherwise places it before the first group's ``combine``, between
+    two groups' lookups when those are unrolled (7168x28672 heuristic: 72 registers against 64,
+    7 blocks per SM against 8). Not in the design space: the sweep's grid measures it.
     """
     if stage_words and not can_stage_words(spec):
         raise ValueError(f"stage_words needs mu dividing 32 and q * group_size / 32 <= "
@@ -158,6 +163,10 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
     sch.reverse_compute_at(acc, n_t, preserve_unit_loops=True)
     unroll(sch, *loops_below(sch, acc, n_t))
     unroll(sch, m_p, n_c)
+    if sums_first:
+        sums = sch.cache_read(partial, read_index(sch, partial, "x_sum"), "local")
+        sch.compute_at(sums, n_t, preserve_unit_loops=True)
+        unroll(sch, *loops_below(sch, sums, n_t))
 
     # Per group: q plane sums of table lookups, in registers.
     dot = sch.get_sblock("group_dot")

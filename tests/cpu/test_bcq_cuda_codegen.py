@@ -29,10 +29,12 @@ _DEFINITION = 'extern "C" __global__'
 _BODY = re.compile(r'extern "C" __global__ [^;{]*\{')
 
 
-def schedule(spec, knobs, stage_words=False, unroll_groups=False, words_inner=False):
+def schedule(spec, knobs, stage_words=False, unroll_groups=False, words_inner=False,
+             sums_first=False):
     mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
     return cuda_bcq.sketch(_tvm.Schedule(mod), spec, HW, knobs, stage_words=stage_words,
-                           unroll_groups=unroll_groups, words_inner=words_inner)
+                           unroll_groups=unroll_groups, words_inner=words_inner,
+                           sums_first=sums_first)
 
 
 def cuda_source(mod) -> str:
@@ -67,7 +69,8 @@ def emulate_all(mod, buffers: dict[str, np.ndarray]) -> None:
         kernel(**{p.buffer: buffers[p.buffer] for p in kernel.params})
 
 
-def run_emulated(spec, knobs, seed, stage_words=False, unroll_groups=False, words_inner=False):
+def run_emulated(spec, knobs, seed, stage_words=False, unroll_groups=False, words_inner=False,
+                 sums_first=False):
     rng = np.random.default_rng(seed)
     tensors = FAMILY.example_tensors(spec, rng)
     planes, alpha, z = (t.numpy() for t in FAMILY.prepare(spec, **tensors).tensors)
@@ -77,12 +80,14 @@ def run_emulated(spec, knobs, seed, stage_words=False, unroll_groups=False, word
     buffers = {"x": aligned(x), "planes": aligned(planes), "alpha": aligned(alpha),
                "z": aligned(z), "y": y,
                "y_rf": aligned(np.full((slices, spec.m, spec.n), np.nan, np.float32))}
-    emulate_all(schedule(spec, knobs, stage_words, unroll_groups, words_inner).mod, buffers)
+    emulate_all(schedule(spec, knobs, stage_words, unroll_groups, words_inner, sums_first).mod,
+                buffers)
     assert not np.isnan(y).any(), "the kernels left outputs unwritten"
     return y, FAMILY.reference(spec, x, **tensors)
 
 
-CASES = [  # (q, group_size, mu, m, k, n, knobs, stage_words, unroll_groups[, words_inner])
+CASES = [  # (q, group_size, mu, m, k, n, knobs, stage_words, unroll_groups[, words_inner,
+    #          sums_first])
     (3, 128, 4, 1, 512, 256, dict(threads=32, cols=2, groups_per_block=2, unroll=16), True,
      False),
     (3, 128, 4, 1, 512, 512, dict(threads=32, cols=4, groups_per_block=2, unroll=16), True,
@@ -105,15 +110,21 @@ CASES = [  # (q, group_size, mu, m, k, n, knobs, stage_words, unroll_groups[, wo
      False, True),
     (2, 64, 4, 2, 512, 256, dict(threads=64, cols=2, groups_per_block=2, unroll=16), True,
      True, True),
+    (3, 128, 4, 2, 512, 256, dict(threads=32, cols=4, groups_per_block=2, unroll=16), True,
+     True, True, True),
+    (3, 128, 8, 1, 512, 256, dict(threads=64, cols=1, groups_per_block=2, unroll=0), False,
+     False, False, True),
 ]
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_emulated_kernels_match_reference(case):
-    q, group_size, mu, m, k, n, knobs, stage_words, unroll_groups, *inner = case
+    q, group_size, mu, m, k, n, knobs, stage_words, unroll_groups, *extra = case
+    words_inner, sums_first = (*extra, False, False)[:2]
     spec = BcqSpec(k=k, n=n, q=q, group_size=group_size, mu=mu, m=m)
     y, ref = run_emulated(spec, knobs, seed=q * 10 + mu, stage_words=stage_words,
-                          unroll_groups=unroll_groups, words_inner=bool(inner and inner[0]))
+                          unroll_groups=unroll_groups, words_inner=words_inner,
+                          sums_first=sums_first)
     assert np.abs(y - ref).max() / np.abs(ref).max() < 1e-5
 
 

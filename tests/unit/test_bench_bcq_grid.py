@@ -22,7 +22,7 @@ def test_grid_is_the_heuristic_and_valid_neighbours():
             assert not v["unroll_groups"] or v["stage_words"]
             assert not v.get("words_inner") or v["stage_words"]
     keys = [(v["mu"], tuple(v["knobs"].items()), v["stage_words"], v["unroll_groups"],
-             v.get("words_inner", False))
+             v.get("words_inner", False), v.get("sums_first", False))
             for v in variants]
     assert len(keys) == len(set(keys))
     labels = {label(v) for v in variants}
