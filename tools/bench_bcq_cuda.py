@@ -18,11 +18,16 @@ tuning (no database): every variant is built in a pool of processes (``--workers
 it is built, checked against the reference, and timed in interleaved rounds together with fp16
 linear; the best per mu is printed and the JSON holds every variant. ``grid`` is
 :func:`grid_variants` (the heuristic and its neighbourhood, mu 4 and 8); a file holds a list of
-``{"mu": 4, "knobs": {...}, "stage_words": true, "unroll_groups": true}``. Variants are loaded
+``{"mu": 4, "knobs": {...}, "stage_words": true, "unroll_groups": true, "words_inner": true}``
+(``words_inner``, ``sums_first`` optional, false by default). Variants are loaded
 until ``--budget-s`` has passed since the start, so a run stays inside its time limit:
 
-    PYTHONPATH=/tmp/tvmsite:$PWD python tools/bench_bcq_cuda.py --variants grid \\
-        --json $OUT/bcq_sweep.json
+    PYTHONPATH=/tmp/tvmsite:$PWD python tools/bench_bcq_cuda.py --variants grid --rounds 30 \\
+        --json $OUT/bcq_sweep.json --export-best /tmp/bcq_best 2>&1 | tee $OUT/bcq_sweep.log
+
+``--export-best DIR`` copies the fastest variants' builds (and the heuristic's) to
+``DIR/<rank>_<variant>/``; ``tools/bcq_ncu_probe.py`` loads them and calls each a few times,
+for Nsight Compute (its docstring has the ncu command line).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -113,37 +119,50 @@ def bench(spec: BcqSpec, kernel, layer, weight: torch.Tensor, x: torch.Tensor, r
     return row
 
 
+#: mu = 4 points of the grid besides the heuristic: (threads, cols, groups_per_block,
+#: unroll_groups, words_inner), words staged. The first three are the 2026-11-23 H200 sweep's
+#: best two (44.4 and 46.0 us) and its heuristic (51.6 us), kept so one run compares them with
+#: the words-inner sketch (the loads of a group in flight together) around the new heuristic.
+GRID_MU4 = [(128, 4, 2, False, False), (256, 4, 1, True, False), (128, 4, 2, True, False),
+            (128, 4, 2, False, True), (128, 4, 4, False, True), (128, 4, 8, False, True),
+            (256, 4, 2, False, True), (128, 4, 1, True, True), (128, 4, 4, True, True),
+            (256, 4, 1, True, True), (256, 4, 2, True, True), (64, 4, 2, True, True),
+            (64, 4, 4, True, True), (128, 2, 2, True, True), (128, 2, 4, True, True),
+            (256, 2, 2, True, True)]
+#: mu = 8 (tables of 16 KiB per group: 1 or 2 groups per block): the sweep's best, and it with
+#: the words inner.
+GRID_MU8 = [(128, 4, 1, False, False), (128, 4, 1, False, True), (128, 2, 2, True, True)]
+
+
 def grid_variants(k: int, n: int, q: int, group_size: int, mus: list[int]) -> list[dict]:
-    """The heuristic of every mu, then its neighbourhood: 64..256 threads of 1..4 outputs and
-    1..8 groups per block with the words staged and the groups unrolled (mu 4: 18 variants;
-    mu 8, whose tables allow 1 or 2 groups: 7), plus the looped-groups and unstaged sketches
-    at the heuristic's knobs. Points that are not candidates for the spec are left out."""
+    """The heuristic of every mu (words staged, groups unrolled, words inner where the words
+    fit), at mu 4 the heuristic with ``sums_first``, then :data:`GRID_MU4` / :data:`GRID_MU8`
+    (22 variants at mu 4 and 8). Points that are not candidates for the spec are left out."""
     from schedules.cuda import bcq as cuda_bcq
 
     hw = targets.get("cuda").hardware()
-    points = {4: [(128, 4, 1), (128, 4, 2), (128, 4, 4), (128, 2, 2), (128, 2, 4), (128, 1, 4),
-                  (128, 1, 8), (256, 4, 1), (256, 4, 2), (256, 2, 2), (256, 2, 4), (256, 1, 8),
-                  (64, 4, 2), (64, 4, 4), (64, 4, 8)],
-              8: [(128, 4, 1), (128, 2, 1), (128, 2, 2), (128, 1, 2), (256, 2, 1), (64, 4, 1)]}
+    points = {4: GRID_MU4, 8: GRID_MU8}
     out = []
     for mu in mus:
         spec = BcqSpec(k=k, n=n, q=q, group_size=group_size, mu=mu)
         stage = cuda_bcq.can_stage_words(spec)
         heuristic = cuda_bcq.heuristic_knobs(spec, hw)
         chosen = [{"mu": mu, "knobs": heuristic, "stage_words": stage, "unroll_groups": stage,
-                   "heuristic": True}]
-        if stage:
-            chosen += [{"mu": mu, "knobs": heuristic, "stage_words": True,
-                        "unroll_groups": False},
-                       {"mu": mu, "knobs": {**heuristic, "cols": 1}, "stage_words": False,
-                        "unroll_groups": False}]
-        cands = cuda_bcq.knob_candidates(spec, hw, stage_words=stage)
-        for threads, cols, groups in points.get(mu, []):
+                   "words_inner": stage, "heuristic": True}]
+        if not stage:
+            out += chosen
+            continue
+        if mu == 4:  # and it with the group sums read before the lookups (no mid barrier)
+            chosen.append({"mu": mu, "knobs": heuristic, "stage_words": True,
+                           "unroll_groups": True, "words_inner": True, "sums_first": True})
+        cands = cuda_bcq.knob_candidates(spec, hw, stage_words=True)
+        for threads, cols, groups, unrolled, inner in points.get(mu, []):
             knobs = {"threads": threads, "cols": cols, "groups_per_block": groups, "unroll": 16}
-            if knobs == heuristic or not all(v in cands[name] for name, v in knobs.items()):
+            if (knobs == heuristic and unrolled and inner) or not all(
+                    v in cands[name] for name, v in knobs.items()):
                 continue
-            chosen.append({"mu": mu, "knobs": knobs, "stage_words": stage,
-                           "unroll_groups": stage})
+            chosen.append({"mu": mu, "knobs": knobs, "stage_words": True,
+                           "unroll_groups": unrolled, "words_inner": inner})
         out += chosen
     return out
 
@@ -163,7 +182,9 @@ def _build_variant(job: dict) -> dict:
         mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, "cuda"))
         sch = cuda_bcq.sketch(_tvm.Schedule(mod), spec, hw, job["knobs"],
                               stage_words=job["stage_words"],
-                              unroll_groups=job["unroll_groups"])
+                              unroll_groups=job["unroll_groups"],
+                              words_inner=job.get("words_inner", False),
+                              sums_first=job.get("sums_first", False))
         so, _ = export(spec, preset, target, sch.mod, job["dir"], {"id": None, "sweep": job})
         return {**job, "so": str(so), "build_s": time.monotonic() - started}
     except Exception as error:  # noqa: BLE001 - a variant that does not build is a result
@@ -174,6 +195,10 @@ def label(v: dict) -> str:
     k = v["knobs"]
     sketch = ("staged+unrolled" if v["unroll_groups"] else "staged") if v["stage_words"] \
         else f"in-place unroll {k['unroll']}"
+    if v.get("words_inner"):
+        sketch += "+inner"
+    if v.get("sums_first"):
+        sketch += "+sums"
     mark = " (heuristic)" if v.get("heuristic") else ""
     return (f"mu={v['mu']} threads={k['threads']} cols={k['cols']} "
             f"groups_per_block={k['groups_per_block']} {sketch}{mark}")
@@ -279,6 +304,33 @@ def report_sweep(rows: list[dict], args) -> str:
             f"{label(best)}, max rel error {best['max_rel_error']:.1e}")
 
 
+def slug(v: dict) -> str:
+    """A file name for a variant: ``mu4_t128_c4_g2_staged+unrolled+inner``."""
+    k = v["knobs"]
+    sketch = label(v).split(f"groups_per_block={k['groups_per_block']} ")[1]
+    sketch = sketch.replace(" (heuristic)", "_heuristic").replace(" ", "")
+    return f"mu{v['mu']}_t{k['threads']}_c{k['cols']}_g{k['groups_per_block']}_{sketch}"
+
+
+def export_best(rows: list[dict], out_dir: str, count: int) -> list[Path]:
+    """Copy the ``count`` fastest correct variants' builds (the .so, its manifest, the CUDA
+    source and the TensorIR: what ``qcompile.load`` needs) to ``out_dir/<rank>_<slug>/``, for
+    tools/bcq_ncu_probe.py to run under Nsight Compute; the heuristic's is added if it is not
+    among them."""
+    good = sorted((r for r in rows if "us" in r and r["max_rel_error"] < 1e-4),
+                  key=lambda r: r["us"])
+    chosen = good[:count] + [r for r in good[count:] if r.get("heuristic")]
+    written = []
+    for rank, row in enumerate(chosen, 1):
+        target = Path(out_dir) / f"{rank}_{slug(row)}"
+        shutil.copytree(Path(row["so"]).parent, target, dirs_exist_ok=True)
+        (target / "variant.json").write_text(json.dumps(
+            {k: v for k, v in row.items() if k != "so"}, indent=2) + "\n")
+        written.append(target / Path(row["so"]).name)
+        print(f"exported {written[-1]} ({row['us']:.1f} us)")
+    return written
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="cuda")
@@ -298,6 +350,11 @@ def main(argv=None) -> int:
                         help="build processes for --variants")
     parser.add_argument("--budget-s", type=float, default=140.0,
                         help="--variants: load no new variant after this many seconds")
+    parser.add_argument("--export-best", metavar="DIR",
+                        help="--variants: copy the fastest variants' .so (and the heuristic's) "
+                             "to DIR/<rank>_<variant>/ for tools/bcq_ncu_probe.py")
+    parser.add_argument("--export-count", type=int, default=3,
+                        help="--variants: how many of the fastest --export-best copies (3)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     if args.variants is None and args.db is None:
@@ -332,6 +389,8 @@ def main(argv=None) -> int:
         try:
             rows = sweep(args, futures, layer, weight, x, copy, started)
             verdict = report_sweep(rows, args)
+            if args.export_best:
+                export_best(rows, args.export_best, args.export_count)
         except Exception:
             traceback.print_exc()
             verdict = "FAIL the sweep crashed"

@@ -333,22 +333,37 @@ def ptx(cuda_source: str, arch: str = "sm_90") -> str | None:
     return None if result is None else result[0]
 
 
-def ptxas_report(cuda_source: str, arch: str = "sm_90") -> dict[str, int] | None:
-    """Registers, spill bytes and shared memory ptxas reports for the kernel, or None when no
-    ``nvcc`` is installed. Raises ``RuntimeError`` when nvcc rejects the source."""
+def ptxas_report(cuda_source: str, arch: str = "sm_90") -> dict | None:
+    """Registers, spill bytes and shared memory ptxas reports, or None when no ``nvcc`` is
+    installed. Raises ``RuntimeError`` when nvcc rejects the source.
+
+    A source may hold several kernels (the BCQ family's lookups, then its sum over K slices):
+    ``kernels`` maps each entry function to its own figures, and the top-level figures are the
+    largest over them (the kernel that limits occupancy), not the last one ptxas printed.
+    """
     result = _nvcc(cuda_source, arch, "cubin", "-Xptxas", "-v")
     if result is None:
         return None
     report = result[1]
 
-    def number(pattern: str) -> int:
-        found = re.search(pattern, report)
+    def number(text: str, pattern: str) -> int:
+        found = re.search(pattern, text)
         return int(found.group(1)) if found else 0
 
-    return {
-        "registers": number(r"Used (\d+) registers"),
-        "spill_stores": number(r"(\d+) bytes spill stores"),
-        "spill_loads": number(r"(\d+) bytes spill loads"),
-        "stack_bytes": number(r"(\d+) bytes stack frame"),
-        "shared_bytes": number(r"(\d+) bytes smem"),
-    }
+    def figures(text: str) -> dict[str, int]:
+        return {
+            "registers": number(text, r"Used (\d+) registers"),
+            "spill_stores": number(text, r"(\d+) bytes spill stores"),
+            "spill_loads": number(text, r"(\d+) bytes spill loads"),
+            "stack_bytes": number(text, r"(\d+) bytes stack frame"),
+            "shared_bytes": number(text, r"(\d+) bytes smem"),
+        }
+
+    parts = re.split(r"Compiling entry function '([^']+)'", report)
+    kernels = {name: figures(text) for name, text in zip(parts[1::2], parts[2::2], strict=True)}
+    if not kernels:
+        kernels = {"": figures(report)}
+    summary: dict = {key: max(k[key] for k in kernels.values())
+                     for key in next(iter(kernels.values()))}
+    summary["kernels"] = kernels
+    return summary

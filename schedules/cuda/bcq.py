@@ -35,6 +35,16 @@ lookup is then a shift, an AND, a shared load at key + constant offset and an ad
 instructions at mu = 4, against 6 with the group offset computed per lookup), and the compiler
 issues later groups' loads among earlier groups' lookups.
 
+``words_inner`` (with ``stage_words``) orders a group's lookups chunk by chunk across its words
+(for each of a word's 32 / mu chunks, every word of every plane) instead of word by word. What
+it is for is the loads, not the lookups: ptxas schedules each staged load just before its first
+use (the CUDA source loads a group's words at its start, but the SASS does not: at the word-by-
+word order the staged, looped sketch keeps 3 LDG.128 of 12 in flight per thread, the unrolled
+one 1 or 2), so where the first lookups read every word, all of them are in flight together
+(8 to 12 of 12 at t_h = 512; H200 sweep 2026-11-23 and the SASS of both orders). An SM needs
+~4.2 TB/s x ~1 us / 132 ~ 32 KB in flight; at 1 or 2 loads per thread only ~48 KB is, when
+every warp waits at once.
+
 Cost model at M = 1 (why mu = 4 is the default on GPUs): a warp's lookup is one LDS
 wavefront (the 32 lanes read one table: at mu <= 5 its 2**mu words lie in distinct banks, so
 any keys are conflict-free), and an SM serves one wavefront per clock, so
@@ -109,7 +119,8 @@ def can_stage_words(spec: BcqSpec) -> bool:
 
 
 def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = None,
-           stage_words: bool = False, unroll_groups: bool = False) -> Schedule:
+           stage_words: bool = False, unroll_groups: bool = False,
+           words_inner: bool = False, sums_first: bool = False) -> Schedule:
     """The layout above; knobs sampled, or pinned by ``fixed`` ({knob: value}).
 
     ``stage_words`` loads a group's packed words of every plane into registers before its
@@ -119,6 +130,13 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
     ``unroll_groups`` (with ``stage_words``) unrolls the block's loop over its groups: every
     table offset becomes a constant of the shared-memory address (key + immediate) and the
     compiler may issue the next group's loads before this group's lookups.
+    ``words_inner`` (with ``stage_words``) runs the chunks of a word outside the words: the
+    first lookups of a group read all its staged words, so all its loads issue together.
+    ``sums_first`` reads the slice's group sums of x (shared, written by one thread after a
+    cross-thread sum) into registers before the lookups: the barrier that read needs then comes
+    before them, where TVM otherwise places it before the first group's ``combine``, between
+    two groups' lookups when those are unrolled (7168x28672 heuristic: 72 registers against 64,
+    7 blocks per SM against 8). Not in the design space: the sweep's grid measures it.
     """
     if stage_words and not can_stage_words(spec):
         raise ValueError(f"stage_words needs mu dividing 32 and q * group_size / 32 <= "
@@ -126,6 +144,8 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
                          f"{spec.q * spec.effective_group_size // WORD_BITS} words")
     if unroll_groups and not stage_words:
         raise ValueError("unroll_groups needs stage_words (the chunk loop fully unrolled)")
+    if words_inner and not stage_words:
+        raise ValueError("words_inner needs stage_words (the words in registers)")
     cands = knob_candidates(spec, hw, stage_words=stage_words)
     rv = {name: choose(sch, name, cands[name], fixed) for name in _KNOBS}
 
@@ -143,6 +163,10 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
     sch.reverse_compute_at(acc, n_t, preserve_unit_loops=True)
     unroll(sch, *loops_below(sch, acc, n_t))
     unroll(sch, m_p, n_c)
+    if sums_first:
+        sums = sch.cache_read(partial, read_index(sch, partial, "x_sum"), "local")
+        sch.compute_at(sums, n_t, preserve_unit_loops=True)
+        unroll(sch, *loops_below(sch, sums, n_t))
 
     # Per group: q plane sums of table lookups, in registers.
     dot = sch.get_sblock("group_dot")
@@ -150,7 +174,10 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
     sch.set_scope(dot, 0, "local")
     *_, d_m, d_g, d_i, d_n, d_r = sch.get_loops(dot)
     r_out, r_in = sch.split(d_r, factors=[None, chunks_per_word(spec)])
-    sch.reorder(r_out, r_in, d_g, d_i, d_m, d_n)
+    if words_inner:
+        sch.reorder(r_in, r_out, d_g, d_i, d_m, d_n)
+    else:
+        sch.reorder(r_out, r_in, d_g, d_i, d_m, d_n)
     unroll(sch, r_in, d_g, d_i, d_m, d_n)
     if stage_words:
         words = sch.cache_read(dot, read_index(sch, dot, "planes"), "local")
@@ -165,7 +192,7 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
     else:
         sch.annotate(r_out, "pragma_auto_unroll_max_step", rv["unroll"])
         sch.annotate(r_out, "pragma_unroll_explicit", 1)
-    sch.decompose_reduction(dot, r_out)
+    sch.decompose_reduction(dot, r_in if words_inner else r_out)
 
     # The slice's group sums of x, from its tables' last entries: per (row, group) a sum over
     # the block's threads (a cross-thread reduction: shuffles; any number of groups, no guard
@@ -228,17 +255,30 @@ def heuristic_knobs(spec: BcqSpec, hw: GpuHardware) -> dict[str, int]:
 
 def heuristic_schedule(sch: Schedule, spec: BcqSpec, hw: GpuHardware) -> Schedule:
     """The schedule of :func:`heuristic_knobs` (a valid kernel without tuning), with the words
-    staged in registers and the groups unrolled where the words fit."""
+    staged in registers, the groups unrolled and the words inner where the words fit.
+
+    Why that sketch (7168x28672, q = 3, mu = 4, SASS of each): unrolled groups cost 4.1-4.4
+    instructions per lookup against 6.3-6.9 looped (the table offset folds into the LDS), and a
+    looped kernel's issue alone is 36.5K lookups per warp scheduler x 6.3 / 1.98 GHz ~ 29 us on
+    an H200; words inner keeps 8 of a group's 12 LDG.128 in flight per thread at the group's
+    start where words outer keeps 1 or 2 (64 registers: 8 blocks of 128 threads per SM)."""
     stage = can_stage_words(spec)
     return sketch(sch, spec, hw, heuristic_knobs(spec, hw), stage_words=stage,
-                  unroll_groups=stage)
+                  unroll_groups=stage, words_inner=stage)
+
+
+#: (stage_words, unroll_groups, words_inner) of the sketches where the words can be staged.
+STAGED_SKETCHES = ((True, False, False), (True, True, False), (True, False, True),
+                   (True, True, True))
 
 
 def design_space(sch: Schedule, spec: BcqSpec, hw: GpuHardware) -> list[Schedule]:
     """Sketches: words loaded in place; where they fit, words staged in registers, with the
-    block's groups looped or unrolled. Knobs left as sampled decisions."""
-    sketches = [(False, False)]
+    block's groups looped or unrolled, and the words outer or inner. Knobs left as sampled
+    decisions."""
+    sketches = [(False, False, False)]
     if can_stage_words(spec):
-        sketches += [(True, False), (True, True)]
-    return [sketch(sch.copy(), spec, hw, stage_words=stage, unroll_groups=groups)
-            for stage, groups in sketches]
+        sketches += list(STAGED_SKETCHES)
+    return [sketch(sch.copy(), spec, hw, stage_words=stage, unroll_groups=groups,
+                   words_inner=inner)
+            for stage, groups, inner in sketches]

@@ -42,13 +42,18 @@ def test_untuned_kernels_are_correct(tmp_path, q, group_size, mu, m):
     assert relative_error(y, FAMILY.reference(spec, x.cpu().numpy(), **tensors)) < 1e-5
 
 
-@pytest.mark.parametrize("knobs,stage_words,unroll_groups", [
-    (dict(threads=128, cols=4, groups_per_block=2, unroll=16), True, True),
-    (dict(threads=256, cols=2, groups_per_block=4, unroll=16), True, False),
-    (dict(threads=64, cols=1, groups_per_block=1, unroll=16), False, False),
+@pytest.mark.parametrize("knobs,stage_words,unroll_groups,words_inner,sums_first", [
+    (dict(threads=128, cols=4, groups_per_block=2, unroll=16), True, True, False, False),
+    (dict(threads=256, cols=2, groups_per_block=4, unroll=16), True, False, False, False),
+    (dict(threads=64, cols=1, groups_per_block=1, unroll=16), False, False, False, False),
+    (dict(threads=128, cols=4, groups_per_block=2, unroll=16), True, True, True, False),
+    (dict(threads=128, cols=4, groups_per_block=4, unroll=16), True, False, True, False),
+    (dict(threads=128, cols=4, groups_per_block=2, unroll=16), True, True, True, True),
 ])
-def test_sketches_are_correct(tmp_path, knobs, stage_words, unroll_groups):
-    """Every sketch of the space (in-place words, staged, staged with the groups unrolled)."""
+def test_sketches_are_correct(tmp_path, knobs, stage_words, unroll_groups, words_inner,
+                              sums_first):
+    """Every sketch of the space (in-place words; staged, with the groups looped or unrolled,
+    the words outer or inner), and the group sums read first (a grid point of the sweep)."""
     from qcompile import _tvm
     from qcompile.build import export
     from schedules.cuda import bcq as cuda_bcq
@@ -57,7 +62,8 @@ def test_sketches_are_correct(tmp_path, knobs, stage_words, unroll_groups):
     hw = PRESET.hardware()
     mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
     sch = cuda_bcq.sketch(_tvm.Schedule(mod), spec, hw, knobs, stage_words=stage_words,
-                          unroll_groups=unroll_groups)
+                          unroll_groups=unroll_groups, words_inner=words_inner,
+                          sums_first=sums_first)
     so, _ = export(spec, PRESET, _tvm.Target(PRESET.tvm_target(hw)), sch.mod, tmp_path,
                    {"id": None})
     kernel = qcompile.load(so)

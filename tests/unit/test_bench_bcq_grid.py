@@ -1,10 +1,11 @@
 """The H200 sweep's built-in grid (tools/bench_bcq_cuda.py --variants grid): small enough for one
-call of under 3 minutes, the heuristic first per mu, every point a candidate of its sketch."""
+call of under 3 minutes, the heuristic first per mu, every point a candidate of its sketch, the
+previous sweep's best two and its heuristic kept for comparison."""
 
 import targets
 from qcompile.kernels import BcqSpec
 from schedules.cuda import bcq as cuda_bcq
-from tools.bench_bcq_cuda import grid_variants
+from tools.bench_bcq_cuda import grid_variants, label, slug
 
 
 def test_grid_is_the_heuristic_and_valid_neighbours():
@@ -19,6 +20,15 @@ def test_grid_is_the_heuristic_and_valid_neighbours():
             cands = cuda_bcq.knob_candidates(spec, hw, stage_words=v["stage_words"])
             assert all(value in cands[name] for name, value in v["knobs"].items()), v
             assert not v["unroll_groups"] or v["stage_words"]
-    keys = [(v["mu"], tuple(v["knobs"].items()), v["stage_words"], v["unroll_groups"])
+            assert not v.get("words_inner") or v["stage_words"]
+    keys = [(v["mu"], tuple(v["knobs"].items()), v["stage_words"], v["unroll_groups"],
+             v.get("words_inner", False), v.get("sums_first", False))
             for v in variants]
     assert len(keys) == len(set(keys))
+    labels = {label(v) for v in variants}
+    assert {"mu=4 threads=128 cols=4 groups_per_block=2 staged",            # 44.4 us
+            "mu=4 threads=256 cols=4 groups_per_block=1 staged+unrolled",   # 46.0 us
+            "mu=4 threads=128 cols=4 groups_per_block=2 staged+unrolled",   # 51.6 us
+            "mu=4 threads=128 cols=4 groups_per_block=2 staged+unrolled+inner (heuristic)",
+            } <= labels
+    assert len({slug(v) for v in variants}) == len(variants)
