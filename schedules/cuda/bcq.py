@@ -60,6 +60,7 @@ workload). Combinations over the block's shared memory or thread limits are drop
 from __future__ import annotations
 
 from qcompile._tvm import Schedule
+from qcompile.errors import SpecError
 from qcompile.formats.bcq import WORD_BITS
 from qcompile.kernels.bcq.spec import BcqSpec
 from schedules.cuda.common import VECTOR_BYTES, read_index, unroll
@@ -94,7 +95,11 @@ def knob_candidates(spec: BcqSpec, hw: GpuHardware | None = None,
     groups = [v for v in GROUPS_PER_BLOCK
               if spec.groups % v == 0 and table_bytes(spec, v) <= limit]
     if not groups:
-        groups = [1]
+        raise SpecError(
+            f"{spec.name()}: a CUDA block keeps the tables of at least one whole group in shared "
+            f"memory; one group of {spec.effective_group_size} rows at mu={spec.mu} and M="
+            f"{spec.m} needs {table_bytes(spec, 1)} bytes, over the {limit} bytes a block has: "
+            "use a smaller mu, a smaller group size or fewer rows per call")
     threads = [v for v in THREADS if spec.n % v == 0] or [spec.n]
     cols = [v for v in COLS if spec.n % (v * min(threads)) == 0
             and (not stage_words or v * 4 <= VECTOR_BYTES)]
@@ -255,16 +260,17 @@ def heuristic_knobs(spec: BcqSpec, hw: GpuHardware) -> dict[str, int]:
 
 def heuristic_schedule(sch: Schedule, spec: BcqSpec, hw: GpuHardware) -> Schedule:
     """The schedule of :func:`heuristic_knobs` (a valid kernel without tuning), with the words
-    staged in registers, the groups unrolled and the words inner where the words fit.
+    staged in registers, the groups looped and the words inner where the words fit.
 
-    Why that sketch (7168x28672, q = 3, mu = 4, SASS of each): unrolled groups cost 4.1-4.4
-    instructions per lookup against 6.3-6.9 looped (the table offset folds into the LDS), and a
-    looped kernel's issue alone is 36.5K lookups per warp scheduler x 6.3 / 1.98 GHz ~ 29 us on
-    an H200; words inner keeps 8 of a group's 12 LDG.128 in flight per thread at the group's
-    start where words outer keeps 1 or 2 (64 registers: 8 blocks of 128 threads per SM)."""
+    Why that sketch: measured on the H200 (7168x28672, q = 3, mu = 4, 128 threads x 4 columns,
+    2 groups per block; tools/results/h200/bcq_sweep2.log, 2026-11-23): staged + words inner
+    42.8 us, staged 44.1 us, staged + unrolled groups + words inner 52.7 us. By SASS unrolled
+    groups take fewer instructions per lookup (4.1-4.4 against 6.3-6.9: the table offset folds
+    into the LDS), but ptxas then issues a group's word loads nearly one at a time; looped, words
+    inner, 8 to 12 of a group's 12 LDG.128 are in flight per thread."""
     stage = can_stage_words(spec)
     return sketch(sch, spec, hw, heuristic_knobs(spec, hw), stage_words=stage,
-                  unroll_groups=stage, words_inner=stage)
+                  unroll_groups=False, words_inner=stage)
 
 
 #: (stage_words, unroll_groups, words_inner) of the sketches where the words can be staged.

@@ -15,7 +15,7 @@ import torch
 import targets
 from qcompile import _tvm
 from qcompile.build import build_untuned
-from qcompile.errors import LoadError
+from qcompile.errors import LoadError, SpecError
 from qcompile.kernels import BcqSpec, get_family
 from qcompile.testing.cuda_emulator import aligned, compile_emulated, ptxas_report
 from schedules.cuda import bcq as cuda_bcq
@@ -222,3 +222,11 @@ def test_export_without_gpu_embeds_cuda_and_the_loader_refuses(tmp_path):
     with pytest.raises(LoadError, match="cannot run"):
         qcompile.load(result.so_path)
     assert torch.cuda.is_available() is False
+
+
+def test_tables_over_shared_memory_are_refused_with_the_numbers():
+    # One group of 1024 rows at mu = 8 and M = 2: 128 tables of 256 floats per row, 262144
+    # bytes, over any block's shared memory.
+    spec = BcqSpec(k=1024, n=768, q=4, group_size=-1, mu=8, m=2)
+    with pytest.raises(SpecError, match=r"needs 262144 bytes, over the 49152 bytes"):
+        cuda_bcq.knob_candidates(spec, HW)
