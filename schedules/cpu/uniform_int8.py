@@ -79,26 +79,41 @@ def field_period(bits: int) -> int:
     return {2: 4, 3: 8, 4: 2}[bits]
 
 
+def tile_widths(n: int, hw: CpuHardware, multiple_of: int = LANES) -> list[int]:
+    """The t_u values of the register model (eq. 4), widest first, at most
+    :data:`MAX_SKETCH_TU`: 2..:data:`MAX_T_U` vector tiles whose ``t_u * 8`` columns divide
+    ``n`` and are a multiple of ``multiple_of``; possibly none."""
+    vectors = n // LANES
+    widths = sorted({mk.t_u for mk in model.micro_kernels(hw.vector_registers)
+                     if 2 <= mk.t_u <= MAX_T_U and vectors % mk.t_u == 0
+                     and mk.t_u * LANES % multiple_of == 0}, reverse=True)
+    return widths[:MAX_SKETCH_TU]
+
+
+def m_u_knob(chunk: int, bits: int, name: str = "m_u") -> Knob:
+    """4-row steps per unrolled body for chunks of ``chunk`` rows of ``bits``-bit codes: the
+    divisors of the chunk's steps that are whole field periods (constant shift counts), up to
+    twice the seed."""
+    period = field_period(bits)
+    m_us = tuple(d for d in model.divisors(chunk // STEP)
+                 if d % period == 0 and d <= 2 * SEED_M_U)
+    return Knob(name, m_us, max(d for d in m_us if d <= SEED_M_U))
+
+
+def n_blk_knob(tiles: int, hw: CpuHardware) -> Knob:
+    """Tiles per parallel task, every core a task; the seed keeps
+    :data:`MIN_TASKS_PER_CORE` tasks per core."""
+    n_blks = tuple(d for d in model.divisors(tiles) if tiles // d >= hw.cores)[:6] or (1,)
+    seeds = [d for d in n_blks
+             if d <= SEED_N_BLK and tiles // d >= MIN_TASKS_PER_CORE * hw.cores]
+    return Knob("n_blk", n_blks, max(seeds, default=n_blks[0]))
+
+
 def plans(spec: UniformSpec, hw: CpuHardware) -> list[Plan]:
     """The sketches for ``spec`` on ``hw``: t_u from the register model, knobs seeded."""
-    vectors = spec.n // LANES
-    widths = sorted({mk.t_u for mk in model.micro_kernels(hw.vector_registers)
-                     if 2 <= mk.t_u <= MAX_T_U and vectors % mk.t_u == 0}, reverse=True)
-    widths = widths[:MAX_SKETCH_TU] or [1]
-    steps = chunk_rows(spec) // STEP
-    # An unrolled body of a whole number of field periods has constant shift counts.
-    period = field_period(spec.bits)
-    m_us = tuple(d for d in model.divisors(steps) if d % period == 0 and d <= 2 * SEED_M_U)
-    m_u_seed = max(d for d in m_us if d <= SEED_M_U)
-    out = []
-    for t_u in widths:
-        tiles = spec.n // (t_u * LANES)
-        n_blks = tuple(d for d in model.divisors(tiles) if tiles // d >= hw.cores)[:6] or (1,)
-        seeds = [d for d in n_blks
-                 if d <= SEED_N_BLK and tiles // d >= MIN_TASKS_PER_CORE * hw.cores]
-        out.append(Plan(t_u=t_u, m_u=Knob("m_u", m_us, m_u_seed),
-                        n_blk=Knob("n_blk", n_blks, max(seeds, default=n_blks[0]))))
-    return out
+    m_u = m_u_knob(chunk_rows(spec), spec.bits)
+    return [Plan(t_u=t_u, m_u=m_u, n_blk=n_blk_knob(spec.n // (t_u * LANES), hw))
+            for t_u in tile_widths(spec.n, hw) or [1]]
 
 
 def register_tile(sch: Schedule, spec: UniformSpec, hw: CpuHardware,

@@ -79,11 +79,16 @@ def chunk_limit(bits: int) -> int:
 
 
 def chunk_rows(spec: UniformSpec) -> int:
-    """Rows of K per 16-bit chunk: the largest divisor of the group size that is a whole number
+    """Rows of K per 16-bit chunk of ``spec``'s groups (:func:`chunk_rows_for`)."""
+    return chunk_rows_for(spec.effective_group_size, spec.bits)
+
+
+def chunk_rows_for(group_rows: int, bits: int) -> int:
+    """Rows of K per 16-bit chunk: the largest divisor of ``group_rows`` that is a whole number
     of K units (so the unpacking's shift counts repeat within it) and fits :func:`chunk_limit`."""
-    gsize, block = spec.effective_group_size, unit_rows(spec.bits)
-    fits = [d for d in range(block, min(gsize, chunk_limit(spec.bits)) + 1, block)
-            if gsize % d == 0]
+    block = unit_rows(bits)
+    fits = [d for d in range(block, min(group_rows, chunk_limit(bits)) + 1, block)
+            if group_rows % d == 0]
     return max(fits)
 
 
