@@ -15,6 +15,8 @@ per call to int8 per row and g1-group, and each part's codes stay integers:
 with h = s // (g4 / g1) the 4-bit scale group of g1-group s; ``dot2``/``dot4`` are exact int32
 sums over a g1-group (16-bit chunks of :func:`uniform.compute_int8.chunk_rows_for` rows, widened
 once per chunk). The second-order scales s1 are dequantized as in compute.py (block ``scale1``).
+The zero-point terms are float32 products of integers (z <= 15, |xqs| <= 127 * g1), exact while
+below 2**24 (any g1 <= 8192), so the combine needs no integer multiply (vpmulld, slow on AMD).
 
 The **outliers are applied in float32 with the float x**, not the rounded one: they are the
 weights whose error matters most, and the CSR walk costs the same either way. The dense part
@@ -163,8 +165,9 @@ def mixed_compute_int8(spec: MixedSpec):
                     y2[vm, vn] = T.float32(0)
                 y2[vm, vn] = y2[vm, vn] + s1[vs, vn] * (
                     x_amax[vm, vs] * T.float32(1.0 / levels)) * (
-                    T.Cast("float32", dot2[vm, vs, vn]) - T.Cast("float32", T.Cast(
-                        "int32", T.bitwise_and(meta2[vs, vn], T.uint8(3))) * xq_sum2[vm, vs]))
+                    T.Cast("float32", dot2[vm, vs, vn])
+                    - T.Cast("float32", T.bitwise_and(meta2[vs, vn], T.uint8(3)))
+                    * T.Cast("float32", xq_sum2[vm, vs]))
         for n, r in T.grid(N, K4):
             with T.sblock("unpack4"):
                 vn, vr = T.axis.remap("SS", [n, r])
@@ -190,8 +193,9 @@ def mixed_compute_int8(spec: MixedSpec):
                     y4[vm, vn] = T.float32(0)
                 y4[vm, vn] = y4[vm, vn] + T.Cast("float32", scales4[vs // per4, vn]) * (
                     x_amax[vm, G2 + vs] * T.float32(1.0 / levels)) * (
-                    T.Cast("float32", dot4[vm, vs, vn]) - T.Cast("float32", T.Cast(
-                        "int32", zeros4[vs // per4, vn]) * xq_sum4[vm, vs]))
+                    T.Cast("float32", dot4[vm, vs, vn])
+                    - T.Cast("float32", zeros4[vs // per4, vn])
+                    * T.Cast("float32", xq_sum4[vm, vs]))
         for m, n in T.grid(M, N):
             with T.sblock("finish"):
                 vm, vn = T.axis.remap("SS", [m, n])
