@@ -19,6 +19,8 @@ class MixedFamily(KernelFamily):
     spec_type: ClassVar[type] = MixedSpec
 
     def add_cli_arguments(self, group) -> None:
+        """The mixed spec's flags; ``--int8-activations`` is shared with the uniform family
+        (one parser: it adds the flag)."""
         group.add_argument("--g1", type=int, default=16,
                            help="mixed: rows per first-order group and per 2/4-bit choice "
                                 "(default 16)")
@@ -111,7 +113,8 @@ class MixedFamily(KernelFamily):
         PreparedWeights
             tensors: the format's arrays in the kernel's order, the per-column ones
             (codes2, meta2, scale2, zero2, codes4, scales4, zeros4) as [N/T, rows, T] in the
-            ``n_tiled`` layout; extras: ``layout`` (the layout) and ``report`` (the
+            ``n_tiled`` layout (for ``int8_activations`` specs codes2 and codes4 as uint8 byte
+            planes [R, 1, N, 4], tiled [N/T, R, 1, T, 4]: kernels/mixed/compute_int8.py); extras: ``layout`` (the layout) and ``report`` (the
             quantizer's report: average bits, errors) when quantized here.
         """
         import torch
