@@ -23,30 +23,22 @@ from schedules.cuda import uniform as cuda_uniform
 DesignSpace = Callable  # (Schedule, spec, hardware) -> list[Schedule]
 
 
-def _cpu_uniform_space(sch, spec, hw):
-    """The float32 QIGen space, or the int8-activation one (a different compute)."""
-    if spec.int8_activations:
-        return cpu_uniform_int8.design_space(sch, spec, hw)
-    return cpu_uniform.design_space(sch, spec, hw)
+def _by_activations(float32, int8) -> DesignSpace:
+    """A CPU space function that runs ``int8`` for int8-activation specs (another compute)
+    and ``float32`` for the others."""
+
+    def space(sch, spec, hw):
+        return (int8 if spec.int8_activations else float32)(sch, spec, hw)
+
+    return space
 
 
-def _cpu_uniform_heuristic(sch, spec, hw):
-    if spec.int8_activations:
-        return cpu_uniform_int8.heuristic_schedule(sch, spec, hw)
-    return cpu_uniform.heuristic_schedule(sch, spec, hw)
-
-
-def _cpu_mixed_space(sch, spec, hw):
-    """The float32 mixed space, or the int8-activation one (a different compute)."""
-    if spec.int8_activations:
-        return cpu_mixed_int8.design_space(sch, spec, hw)
-    return cpu_mixed.design_space(sch, spec, hw)
-
-
-def _cpu_mixed_heuristic(sch, spec, hw):
-    if spec.int8_activations:
-        return cpu_mixed_int8.heuristic_schedule(sch, spec, hw)
-    return cpu_mixed.heuristic_schedule(sch, spec, hw)
+_cpu_uniform_space = _by_activations(cpu_uniform.design_space, cpu_uniform_int8.design_space)
+_cpu_uniform_heuristic = _by_activations(cpu_uniform.heuristic_schedule,
+                                         cpu_uniform_int8.heuristic_schedule)
+_cpu_mixed_space = _by_activations(cpu_mixed.design_space, cpu_mixed_int8.design_space)
+_cpu_mixed_heuristic = _by_activations(cpu_mixed.heuristic_schedule,
+                                       cpu_mixed_int8.heuristic_schedule)
 
 
 _SPACES: dict[tuple[str, str], DesignSpace] = {

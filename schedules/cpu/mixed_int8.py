@@ -41,7 +41,7 @@ from qcompile._tvm import Schedule
 from qcompile.kernels.mixed import layout as weight_layout
 from qcompile.kernels.mixed.spec import MixedSpec
 from qcompile.kernels.uniform.compute_int8 import chunk_rows_for
-from schedules.cpu import int8_dot
+from schedules.cpu import uniform_int8
 from schedules.cpu.mixed import scales_in_registers
 from schedules.cpu.uniform import Knob
 from schedules.cpu.uniform_int8 import LANES, m_u_knob, n_blk_knob, tile_widths
@@ -50,22 +50,16 @@ from targets.hardware import CpuHardware
 
 
 @dataclass(frozen=True)
-class Plan:
-    """One sketch: t_u fixed (with the layout, when ``tiled``), the other knobs sampled."""
+class Plan(uniform_int8.Plan):
+    """One sketch: uniform_int8's plan, whose ``m_u`` is the 2-bit part's knob (named m_u2),
+    with the 4-bit part's ``m_u4``; ``tiled``: whether t_u * 8 columns hold whole g2 groups
+    (the layout applies)."""
 
-    t_u: int
-    tiled: bool
-    m_u2: Knob
-    m_u4: Knob
-    n_blk: Knob
+    m_u4: Knob | None = None
+    tiled: bool = True
 
-    @property
-    def tile_n(self) -> int:
-        return self.t_u * LANES
-
-    def seed_tiles(self) -> dict:
-        return {"t_u": self.t_u, "m_u2": self.m_u2.seed, "m_u4": self.m_u4.seed,
-                "n_blk": self.n_blk.seed}
+    def knobs(self) -> tuple[Knob, ...]:
+        return (self.m_u, self.m_u4, self.n_blk)
 
 
 def plans(spec: MixedSpec, hw: CpuHardware) -> list[Plan]:
@@ -75,16 +69,16 @@ def plans(spec: MixedSpec, hw: CpuHardware) -> list[Plan]:
     m_u2 = m_u_knob(chunk_rows_for(spec.g1, 2), 2, "m_u2")
     m_u4 = m_u_knob(chunk_rows_for(spec.g1, 4), 4, "m_u4")
     widths = tile_widths(spec.n, hw, multiple_of=spec.g2) or [1]
-    return [Plan(t_u=t_u, tiled=t_u * LANES % spec.g2 == 0, m_u2=m_u2, m_u4=m_u4,
-                 n_blk=n_blk_knob(spec.n // (t_u * LANES), hw))
+    return [Plan(t_u=t_u, m_u=m_u2, m_u4=m_u4, n_blk=n_blk_knob(spec.n // (t_u * LANES), hw),
+                 tiled=t_u * LANES % spec.g2 == 0)
             for t_u in widths]
 
 
 def _part(sch: Schedule, spec: MixedSpec, part: str, under, m_u):
-    """Part ``part`` ("2" or "4") of the tile at loop ``under``: uniform_int8's nest with the
-    part's blocks (combine, widen, group_dot, unpack). Returns the function that decomposes
-    its reductions and tensorizes the dot and the widening (after ``parallel``, which needs
-    whole reduction blocks)."""
+    """Part ``part`` ("2" or "4") of the tile at loop ``under``: its combine in registers per
+    g1-group, uniform_int8's group-dot nest with the part's blocks under the group loop.
+    Returns the function that decomposes its reductions and tensorizes (after ``parallel``,
+    which needs whole reduction blocks)."""
     combine = sch.get_sblock(f"combine{part}")
     sch.compute_at(combine, under, preserve_unit_loops=True)
     sch.set_scope(combine, 0, "local")
@@ -92,42 +86,13 @@ def _part(sch: Schedule, spec: MixedSpec, part: str, under, m_u):
     c_reg, c_lanes = sch.split(c_n, factors=[None, LANES])
     sch.reorder(g, c_m, c_reg, c_lanes)
 
-    widen = sch.get_sblock(f"widen{part}")
-    sch.compute_at(widen, g, preserve_unit_loops=True)
-    sch.set_scope(widen, 0, "local")
-    *_, w_n, w_chunk, w_pair = loops_below(sch, widen, g)
-    w_reg, w_lanes = sch.split(w_n, factors=[None, LANES])
-    sch.reorder(w_chunk, w_reg, w_lanes, w_pair)
-
-    dot16 = sch.get_sblock(f"group_dot{part}")
-    sch.compute_at(dot16, w_chunk, preserve_unit_loops=True)
-    sch.set_scope(dot16, 0, "local")
-    d_n, d_pair, d_steps, d_e = sch.get_loops(dot16)[-4:]
-    d_reg, d_lanes = sch.split(d_n, factors=[None, LANES])
-    d_outer, d_step = sch.split(d_steps, factors=[None, m_u])
-    sch.reorder(d_outer, d_step, d_reg, d_lanes, d_pair, d_e)
-
-    unpack = sch.get_sblock(f"unpack{part}")
-    sch.compute_at(unpack, d_reg)
-    sch.set_scope(unpack, 0, "local")
-    sch.vectorize(sch.fuse(*sch.get_loops(unpack)[-2:]))
-
+    nest = uniform_int8.group_dot_nest(sch, g, m_u, widen=f"widen{part}",
+                                       dot=f"group_dot{part}", unpack=f"unpack{part}")
     if part == "2":
         scales_in_registers(sch, spec, g, LANES)
-    sch.unroll(d_step)
-    sch.unroll(d_reg)
-    sch.unroll(w_reg)
     sch.unroll(c_reg)
     sch.vectorize(c_lanes)
-
-    def finish() -> None:
-        sch.decompose_reduction(dot16, d_outer)
-        sch.decompose_reduction(widen, w_chunk)
-        sch.decompose_reduction(combine, g)
-        sch.tensorize(d_lanes, int8_dot.DOT_U8S8_I16)
-        sch.tensorize(w_lanes, int8_dot.WIDEN_I16_I32)
-
-    return finish
+    return lambda: uniform_int8.finish_group_dot(sch, nest, combine, g)
 
 
 def register_tile(sch: Schedule, spec: MixedSpec, hw: CpuHardware,
@@ -136,7 +101,7 @@ def register_tile(sch: Schedule, spec: MixedSpec, hw: CpuHardware,
     ``{"t_u", "m_u2", "m_u4", "n_blk"}``, in whatever layout the caller applied."""
     t_u = tiles["t_u"] if tiles is not None else plan.t_u
     n_blk = tiles["n_blk"] if tiles is not None else plan.n_blk.sample(sch)
-    m_u2 = tiles["m_u2"] if tiles is not None else plan.m_u2.sample(sch)
+    m_u2 = tiles["m_u2"] if tiles is not None else plan.m_u.sample(sch)
     m_u4 = tiles["m_u4"] if tiles is not None else plan.m_u4.sample(sch)
 
     finish = sch.get_sblock("finish")

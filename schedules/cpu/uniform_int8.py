@@ -69,8 +69,12 @@ class Plan:
     def tile_n(self) -> int:
         return self.t_u * LANES
 
+    def knobs(self) -> tuple[Knob, ...]:
+        return (self.m_u, self.n_blk)
+
     def seed_tiles(self) -> dict:
-        return {"t_u": self.t_u, "m_u": self.m_u.seed, "n_blk": self.n_blk.seed}
+        """Every knob at its seed, as fixed ``tiles`` (keys: the knobs' names, and t_u)."""
+        return {"t_u": self.t_u, **{knob.name: knob.seed for knob in self.knobs()}}
 
 
 def field_period(bits: int) -> int:
@@ -116,6 +120,63 @@ def plans(spec: UniformSpec, hw: CpuHardware) -> list[Plan]:
             for t_u in tile_widths(spec.n, hw) or [1]]
 
 
+@dataclass(frozen=True)
+class GroupDot:
+    """The blocks and loops :func:`finish_group_dot` needs from :func:`group_dot_nest`."""
+
+    widen: object
+    dot16: object
+    w_chunk: object
+    w_lanes: object
+    d_outer: object
+    d_lanes: object
+
+
+def group_dot_nest(sch: Schedule, g, m_u, widen: str = "widen", dot: str = "group_dot16",
+                   unpack: str = "unpack") -> GroupDot:
+    """The group's integer dot product under group loop ``g``: blocks ``widen`` (per chunk),
+    ``dot`` (m_u 4-row steps unrolled, 8-column tiles unrolled) and ``unpack`` (32 codes at a
+    time, right before their multiply-add), in registers (local scope)."""
+    # widen: per group, loops m g n c h under g (unit loops kept: the nest has one shape).
+    widen_block = sch.get_sblock(widen)
+    sch.compute_at(widen_block, g, preserve_unit_loops=True)
+    sch.set_scope(widen_block, 0, "local")
+    *_, w_n, w_chunk, w_pair = loops_below(sch, widen_block, g)
+    w_reg, w_lanes = sch.split(w_n, factors=[None, LANES])
+    sch.reorder(w_chunk, w_reg, w_lanes, w_pair)
+
+    # group_dot16 per chunk: loops ... n h r e; r split into m_u unrolled steps.
+    dot16 = sch.get_sblock(dot)
+    sch.compute_at(dot16, w_chunk, preserve_unit_loops=True)
+    sch.set_scope(dot16, 0, "local")
+    d_n, d_pair, d_steps, d_e = sch.get_loops(dot16)[-4:]
+    d_reg, d_lanes = sch.split(d_n, factors=[None, LANES])
+    d_outer, d_step = sch.split(d_steps, factors=[None, m_u])
+    sch.reorder(d_outer, d_step, d_reg, d_lanes, d_pair, d_e)
+
+    # 32 codes per vector tile, unpacked right before their multiply-add.
+    unpack_block = sch.get_sblock(unpack)
+    sch.compute_at(unpack_block, d_reg)
+    sch.set_scope(unpack_block, 0, "local")
+    sch.vectorize(sch.fuse(*sch.get_loops(unpack_block)[-2:]))
+
+    sch.unroll(d_step)
+    sch.unroll(d_reg)
+    sch.unroll(w_reg)
+    return GroupDot(widen_block, dot16, w_chunk, w_lanes, d_outer, d_lanes)
+
+
+def finish_group_dot(sch: Schedule, nest: GroupDot, combine, g) -> None:
+    """Decompose the reductions (the dot's, the widening's, ``combine``'s at group loop ``g``)
+    and tensorize the dot and the widening; after ``parallel``, which needs whole reduction
+    blocks."""
+    sch.decompose_reduction(nest.dot16, nest.d_outer)
+    sch.decompose_reduction(nest.widen, nest.w_chunk)
+    sch.decompose_reduction(combine, g)
+    sch.tensorize(nest.d_lanes, int8_dot.DOT_U8S8_I16)
+    sch.tensorize(nest.w_lanes, int8_dot.WIDEN_I16_I32)
+
+
 def register_tile(sch: Schedule, spec: UniformSpec, hw: CpuHardware,
                   tiles: dict | None = None, plan: Plan | None = None) -> Schedule:
     """The loop nest of the module docstring; ``tiles`` fixes every knob (tests, tools):
@@ -131,40 +192,11 @@ def register_tile(sch: Schedule, spec: UniformSpec, hw: CpuHardware,
     acc = sch.cache_write(combine, 0, "local")
     sch.reverse_compute_at(acc, n_blk_loop)
 
-    # widen: per group, loops m g n c h under g (unit loops kept: the nest has one shape).
-    widen = sch.get_sblock("widen")
-    sch.compute_at(widen, g, preserve_unit_loops=True)
-    sch.set_scope(widen, 0, "local")
-    *_, w_n, w_chunk, w_pair = loops_below(sch, widen, g)
-    w_reg, w_lanes = sch.split(w_n, factors=[None, LANES])
-    sch.reorder(w_chunk, w_reg, w_lanes, w_pair)
-
-    # group_dot16 per chunk: loops ... n h r e; r split into m_u unrolled steps.
-    dot16 = sch.get_sblock("group_dot16")
-    sch.compute_at(dot16, w_chunk, preserve_unit_loops=True)
-    sch.set_scope(dot16, 0, "local")
-    d_n, d_pair, d_steps, d_e = sch.get_loops(dot16)[-4:]
-    d_reg, d_lanes = sch.split(d_n, factors=[None, LANES])
-    d_outer, d_step = sch.split(d_steps, factors=[None, m_u])
-    sch.reorder(d_outer, d_step, d_reg, d_lanes, d_pair, d_e)
-
-    # 32 codes per vector tile, unpacked right before their multiply-add.
-    unpack = sch.get_sblock("unpack")
-    sch.compute_at(unpack, d_reg)
-    sch.set_scope(unpack, 0, "local")
-    sch.vectorize(sch.fuse(*sch.get_loops(unpack)[-2:]))
-
-    sch.unroll(d_step)
-    sch.unroll(d_reg)
-    sch.unroll(w_reg)
+    nest = group_dot_nest(sch, g, m_u)
     sch.parallel(n_par)
     sch.unroll(n_reg)
     sch.vectorize(n_lanes)
-    sch.decompose_reduction(dot16, d_outer)
-    sch.decompose_reduction(widen, w_chunk)
-    sch.decompose_reduction(combine, g)
-    sch.tensorize(d_lanes, int8_dot.DOT_U8S8_I16)
-    sch.tensorize(w_lanes, int8_dot.WIDEN_I16_I32)
+    finish_group_dot(sch, nest, combine, g)
     return sch
 
 

@@ -112,7 +112,7 @@ def test_plans_fit_the_layout_and_the_fields(avx2):
             assert n % plan.tile_n == 0
             assert plan.tiled == (plan.tile_n % g2 == 0)
             assert plan.n_blk.seed in plan.n_blk.values
-            for knob, bits in ((plan.m_u2, 2), (plan.m_u4, 4)):
+            for knob, bits in ((plan.m_u, 2), (plan.m_u4, 4)):
                 assert knob.seed in knob.values
                 steps = compute_int8.chunk_rows_for(spec.g1, bits) // compute_int8.STEP
                 assert all(steps % v == 0 for v in knob.values)

@@ -114,8 +114,9 @@ class MixedFamily(KernelFamily):
             tensors: the format's arrays in the kernel's order, the per-column ones
             (codes2, meta2, scale2, zero2, codes4, scales4, zeros4) as [N/T, rows, T] in the
             ``n_tiled`` layout (for ``int8_activations`` specs codes2 and codes4 as uint8 byte
-            planes [R, 1, N, 4], tiled [N/T, R, 1, T, 4]: kernels/mixed/compute_int8.py); extras: ``layout`` (the layout) and ``report`` (the
-            quantizer's report: average bits, errors) when quantized here.
+            planes [R, 1, N, 4], tiled [N/T, R, 1, T, 4]: kernels/mixed/compute_int8.py);
+            extras: ``layout`` (the layout) and ``report`` (the quantizer's report: average
+            bits, errors) when quantized here.
         """
         import torch
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from qcompile.errors import SpecError
-from qcompile.kernels.uniform.layout import N_TILED, check_match, describe, n_tiled
+from qcompile.kernels.uniform.layout import N_TILED, check_match, describe, has_block, n_tiled
 
 __all__ = ["N_TILED", "OPERANDS", "apply", "check_match", "describe", "layout_of", "n_tiled",
            "pack", "unpack"]
@@ -89,11 +89,7 @@ _PLANE_READERS = {"codes2": "unpack2", "codes4": "unpack4"}
 
 def _is_int8(sch) -> bool:
     """Whether ``sch`` is the int8-activation compute (its codes are unpacked as bytes)."""
-    try:
-        sch.get_sblock("unpack2")
-    except Exception:  # TVM raises its own ScheduleError when the block is missing
-        return False
-    return True
+    return has_block(sch, "unpack2")
 
 
 def _plane_tiles_of(tile_n: int):
