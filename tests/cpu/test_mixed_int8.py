@@ -10,7 +10,7 @@ from qcompile.errors import SpecError
 from qcompile.kernels import MixedSpec, get_family
 from qcompile.kernels.mixed import layout as weight_layout
 from qcompile.kernels.uniform import compute_int8
-from qcompile.testing.kernels import compile_fixed, relative_error
+from qcompile.testing.kernels import compile_fixed, relative_error, tune_and_load
 from schedules.cpu import mixed_int8
 
 FAMILY = get_family("mixed")
@@ -121,16 +121,8 @@ def test_plans_fit_the_layout_and_the_fields(avx2):
 def test_tune_build_and_run_from_the_database(avx2, tmp_path):
     """The design space through MetaSchedule: records replay (layout and tensorize included)
     in a build, and the loaded kernel prepares its own weights."""
-    import qcompile
-    from qcompile.build import build
-    from qcompile.tune import tune
-    from tuning_db import Storage
-
     spec = MixedSpec(k=256, n=64, g4=64, int8_activations=True)
-    storage = Storage(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    tune(spec, avx2, storage=storage, trials=4, progress=False, work_dir=str(tmp_path / "work"))
-    result = build(spec, avx2, tmp_path / "out", storage=storage)
-    kernel = qcompile.load(result.so_path)
+    kernel = tune_and_load(spec, avx2, tmp_path)
     assert kernel.layout["kind"] == "n_tiled"
     rng = np.random.default_rng(0)
     tensors = FAMILY.example_tensors(spec, rng)

@@ -39,12 +39,14 @@ as byte planes), then y float32 [M, N].
 from __future__ import annotations
 
 from qcompile._tvm import T
+from qcompile.kernels.mixed.compute import finish_block, scale1_block
 from qcompile.kernels.mixed.spec import MixedSpec
 from qcompile.kernels.uniform.compute_int8 import (
     STEP,
     X_LEVELS,
     chunk_rows_for,
     code_expr,
+    integer_group_dot,
     storage_to_row,
     unit_rows,
 )
@@ -55,6 +57,39 @@ def input_column(order, position, first_group: int, g1: int, bits: int):
     of ``order``: the group's input rows, permuted within the word as the byte planes are."""
     row = storage_to_row(position, bits)  # stays within its g1-group (blocks of 8 or 16 rows)
     return order[first_group + row // g1] * g1 + row % g1
+
+
+def rounded_part():
+    """A TIR macro ``(part, x, order, x_amax, xq, xq_sum, codes, unpacked, M, N, rows, first,
+    groups, g1, bits)``: for the part ``part`` ("2" or "4") whose ``groups`` g1-groups start at
+    ``first`` of ``order``, blocks ``x_quant<part>`` (x rounded to int8 in the part's storage
+    order), ``x_qsum<part>`` (per-group sums of it) and ``unpack<part>`` (the codes as bytes). A
+    new macro per call site (TVM suffixes a macro's later expansions' block names)."""
+    levels = float(X_LEVELS)
+
+    @T.macro
+    def part_inputs(part, x, order, x_amax, xq, xq_sum, codes, unpacked, M, N, rows, first,
+                    groups, g1, bits):
+        for m, r in T.grid(M, rows):
+            with T.sblock("x_quant" + part):
+                vm, vr = T.axis.remap("SS", [m, r])
+                xq[vm, vr] = T.Cast("int8", T.nearbyint(
+                    x[vm, input_column(order, vr, first, g1, bits)]
+                    * T.Select(x_amax[vm, first + vr // g1] > T.float32(0),
+                               T.float32(levels) / x_amax[vm, first + vr // g1],
+                               T.float32(0))))
+        for m, s, j in T.grid(M, groups, g1):
+            with T.sblock("x_qsum" + part):
+                vm, vs, vj = T.axis.remap("SSR", [m, s, j])
+                with T.init():
+                    xq_sum[vm, vs] = 0
+                xq_sum[vm, vs] = xq_sum[vm, vs] + T.Cast("int32", xq[vm, vs * g1 + vj])
+        for n, r in T.grid(N, rows):
+            with T.sblock("unpack" + part):
+                vn, vr = T.axis.remap("SS", [n, r])
+                unpacked[vn, vr] = code_expr(codes, vr, vn, bits)
+
+    return part_inputs
 
 
 def mixed_compute_int8(spec: MixedSpec):
@@ -69,10 +104,10 @@ def mixed_compute_int8(spec: MixedSpec):
     CH2, CH4 = chunk_rows_for(g1, 2), chunk_rows_for(g1, 4)
     C2, C4 = g1 // CH2, g1 // CH4
     attrs = spec.func_attrs()
-    levels = float(X_LEVELS)
-
-    def inverse(amax):
-        return T.Select(amax > T.float32(0), T.float32(levels) / amax, T.float32(0))
+    inverse_levels = 1.0 / X_LEVELS
+    inputs2, inputs4 = rounded_part(), rounded_part()
+    group_dot2, group_dot4 = integer_group_dot(), integer_group_dot()
+    scale1, finish = scale1_block(), finish_block()
 
     @T.prim_func(s_tir=True)
     def mixed_gemm_int8(
@@ -111,101 +146,32 @@ def mixed_compute_int8(spec: MixedSpec):
                 with T.init():
                     x_amax[vm, vs] = T.float32(0)
                 x_amax[vm, vs] = T.max(x_amax[vm, vs], T.fabs(x[vm, order[vs] * g1 + vj]))
-        for m, r in T.grid(M, K2):
-            with T.sblock("x_quant2"):
-                vm, vr = T.axis.remap("SS", [m, r])
-                xq2[vm, vr] = T.Cast("int8", T.nearbyint(
-                    x[vm, input_column(order, vr, 0, g1, 2)] * inverse(x_amax[vm, vr // g1])))
-        for m, r in T.grid(M, K4):
-            with T.sblock("x_quant4"):
-                vm, vr = T.axis.remap("SS", [m, r])
-                xq4[vm, vr] = T.Cast("int8", T.nearbyint(
-                    x[vm, input_column(order, vr, G2, g1, 4)]
-                    * inverse(x_amax[vm, G2 + vr // g1])))
-        for m, s, j in T.grid(M, G2, g1):
-            with T.sblock("x_qsum2"):
-                vm, vs, vj = T.axis.remap("SSR", [m, s, j])
-                with T.init():
-                    xq_sum2[vm, vs] = 0
-                xq_sum2[vm, vs] = xq_sum2[vm, vs] + T.Cast("int32", xq2[vm, vs * g1 + vj])
-        for m, s, j in T.grid(M, G4, g1):
-            with T.sblock("x_qsum4"):
-                vm, vs, vj = T.axis.remap("SSR", [m, s, j])
-                with T.init():
-                    xq_sum4[vm, vs] = 0
-                xq_sum4[vm, vs] = xq_sum4[vm, vs] + T.Cast("int32", xq4[vm, vs * g1 + vj])
-        for n, r in T.grid(N, K2):
-            with T.sblock("unpack2"):
-                vn, vr = T.axis.remap("SS", [n, r])
-                unpacked2[vn, vr] = code_expr(codes2, vr, vn, 2)
-        for m, s, c, n, h, r, e in T.grid(M, G2, C2, N, 2, CH2 // STEP, 2):
-            with T.sblock("group_dot2"):
-                vm, vs, vc, vn, vh, vr, ve = T.axis.remap("SSSSSRR", [m, s, c, n, h, r, e])
-                with T.init():
-                    dot16_2[vm, vs, vc, vn, vh] = T.int16(0)
-                dot16_2[vm, vs, vc, vn, vh] = dot16_2[vm, vs, vc, vn, vh] + T.Cast(
-                    "int16", xq2[vm, vs * g1 + vc * CH2 + vr * STEP + vh * 2 + ve]) * T.Cast(
-                    "int16", unpacked2[vn, vs * g1 + vc * CH2 + vr * STEP + vh * 2 + ve])
-        for m, s, n, c, h in T.grid(M, G2, N, C2, 2):
-            with T.sblock("widen2"):
-                vm, vs, vn, vc, vh = T.axis.remap("SSSRR", [m, s, n, c, h])
-                with T.init():
-                    dot2[vm, vs, vn] = 0
-                dot2[vm, vs, vn] = dot2[vm, vs, vn] + T.Cast("int32", dot16_2[vm, vs, vc, vn, vh])
-        for s, n in T.grid(G2, N):
-            with T.sblock("scale1"):
-                vs, vn = T.axis.remap("SS", [s, n])
-                s1[vs, vn] = T.Cast(
-                    "float32", T.shift_right(meta2[vs, vn], T.uint8(2)) + zero2[vs, vn // g2]
-                ) * T.Cast("float32", scale2[vs, vn // g2])
+        inputs2("2", x, order, x_amax, xq2, xq_sum2, codes2, unpacked2, M, N, K2, 0, G2, g1, 2)
+        group_dot2("group_dot2", "widen2", xq2, unpacked2, dot16_2, dot2, M, G2, C2, N, g1, CH2)
+        scale1(s1, meta2, scale2, zero2, G2, N, g2)
         for m, n, s in T.grid(M, N, G2):
             with T.sblock("combine2"):
                 vm, vn, vs = T.axis.remap("SSR", [m, n, s])
                 with T.init():
                     y2[vm, vn] = T.float32(0)
                 y2[vm, vn] = y2[vm, vn] + s1[vs, vn] * (
-                    x_amax[vm, vs] * T.float32(1.0 / levels)) * (
+                    x_amax[vm, vs] * T.float32(inverse_levels)) * (
                     T.Cast("float32", dot2[vm, vs, vn])
                     - T.Cast("float32", T.bitwise_and(meta2[vs, vn], T.uint8(3)))
                     * T.Cast("float32", xq_sum2[vm, vs]))
-        for n, r in T.grid(N, K4):
-            with T.sblock("unpack4"):
-                vn, vr = T.axis.remap("SS", [n, r])
-                unpacked4[vn, vr] = code_expr(codes4, vr, vn, 4)
-        for m, s, c, n, h, r, e in T.grid(M, G4, C4, N, 2, CH4 // STEP, 2):
-            with T.sblock("group_dot4"):
-                vm, vs, vc, vn, vh, vr, ve = T.axis.remap("SSSSSRR", [m, s, c, n, h, r, e])
-                with T.init():
-                    dot16_4[vm, vs, vc, vn, vh] = T.int16(0)
-                dot16_4[vm, vs, vc, vn, vh] = dot16_4[vm, vs, vc, vn, vh] + T.Cast(
-                    "int16", xq4[vm, vs * g1 + vc * CH4 + vr * STEP + vh * 2 + ve]) * T.Cast(
-                    "int16", unpacked4[vn, vs * g1 + vc * CH4 + vr * STEP + vh * 2 + ve])
-        for m, s, n, c, h in T.grid(M, G4, N, C4, 2):
-            with T.sblock("widen4"):
-                vm, vs, vn, vc, vh = T.axis.remap("SSSRR", [m, s, n, c, h])
-                with T.init():
-                    dot4[vm, vs, vn] = 0
-                dot4[vm, vs, vn] = dot4[vm, vs, vn] + T.Cast("int32", dot16_4[vm, vs, vc, vn, vh])
+        inputs4("4", x, order, x_amax, xq4, xq_sum4, codes4, unpacked4, M, N, K4, G2, G4, g1, 4)
+        group_dot4("group_dot4", "widen4", xq4, unpacked4, dot16_4, dot4, M, G4, C4, N, g1, CH4)
         for m, n, s in T.grid(M, N, G4):
             with T.sblock("combine4"):
                 vm, vn, vs = T.axis.remap("SSR", [m, n, s])
                 with T.init():
                     y4[vm, vn] = T.float32(0)
                 y4[vm, vn] = y4[vm, vn] + T.Cast("float32", scales4[vs // per4, vn]) * (
-                    x_amax[vm, G2 + vs] * T.float32(1.0 / levels)) * (
+                    x_amax[vm, G2 + vs] * T.float32(inverse_levels)) * (
                     T.Cast("float32", dot4[vm, vs, vn])
                     - T.Cast("float32", zeros4[vs // per4, vn])
                     * T.Cast("float32", xq_sum4[vm, vs]))
-        for m, n in T.grid(M, N):
-            with T.sblock("finish"):
-                vm, vn = T.axis.remap("SS", [m, n])
-                T.reads(y2[vm, vn], y4[vm, vn], row_ptr[vn:vn + 2], cols[0:C], values[0:C],
-                        x[vm, 0:K])
-                T.writes(y[vm, vn])
-                y[vm, vn] = y2[vm, vn] + y4[vm, vn]
-                for j in T.serial(row_ptr[vn], row_ptr[vn + 1]):
-                    y[vm, vn] = y[vm, vn] + T.Cast("float32", values[j]) * x[
-                        vm, T.Cast("int32", cols[j])]
+        finish(y, y2, y4, x, row_ptr, cols, values, M, N, K, C)
 
     return mixed_gemm_int8
 
