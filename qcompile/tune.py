@@ -14,7 +14,7 @@ from qcompile.errors import TargetUnavailableError
 from qcompile.kernels import family_of
 from qcompile.kernels.base import KernelSpec
 from qcompile.measure import MeasurePolicy
-from schedules import search_strategy, space_generator
+from schedules import search_strategy, space_generator, space_kind
 from targets.host import usable_cores
 from tuning_db import Storage
 from tuning_db.database import SqlDatabase, default_provenance
@@ -147,7 +147,7 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
     with tempfile.TemporaryDirectory(prefix="qcompile-tune-") as scratch:
         context = _tvm.ms.TuneContext(
             mod=mod, target=target, space_generator=space_generator(spec, preset.kind, hw),
-            search_strategy=search_strategy(preset.kind, spec.family), task_name=spec.name(),
+            search_strategy=search_strategy(preset.kind, space_kind(spec)), task_name=spec.name(),
             rand_state=seed,
             num_threads=cores,
             logger=_tvm.ms.logging.get_logger(f"qcompile.tune.{spec.name()}"),

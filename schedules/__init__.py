@@ -13,6 +13,7 @@ from qcompile.errors import SpecError
 from qcompile.kernels.base import KernelSpec
 from schedules.cpu import bcq as cpu_bcq
 from schedules.cpu import mixed as cpu_mixed
+from schedules.cpu import mixed_int8 as cpu_mixed_int8
 from schedules.cpu import uniform as cpu_uniform
 from schedules.cpu import uniform_int8 as cpu_uniform_int8
 from schedules.cuda import bcq as cuda_bcq
@@ -22,17 +23,22 @@ from schedules.cuda import uniform as cuda_uniform
 DesignSpace = Callable  # (Schedule, spec, hardware) -> list[Schedule]
 
 
-def _cpu_uniform_space(sch, spec, hw):
-    """The float32 QIGen space, or the int8-activation one (a different compute)."""
-    if spec.int8_activations:
-        return cpu_uniform_int8.design_space(sch, spec, hw)
-    return cpu_uniform.design_space(sch, spec, hw)
+def _by_activations(float32, int8) -> DesignSpace:
+    """A CPU space function that runs ``int8`` for int8-activation specs (another compute)
+    and ``float32`` for the others."""
+
+    def space(sch, spec, hw):
+        return (int8 if spec.int8_activations else float32)(sch, spec, hw)
+
+    return space
 
 
-def _cpu_uniform_heuristic(sch, spec, hw):
-    if spec.int8_activations:
-        return cpu_uniform_int8.heuristic_schedule(sch, spec, hw)
-    return cpu_uniform.heuristic_schedule(sch, spec, hw)
+_cpu_uniform_space = _by_activations(cpu_uniform.design_space, cpu_uniform_int8.design_space)
+_cpu_uniform_heuristic = _by_activations(cpu_uniform.heuristic_schedule,
+                                         cpu_uniform_int8.heuristic_schedule)
+_cpu_mixed_space = _by_activations(cpu_mixed.design_space, cpu_mixed_int8.design_space)
+_cpu_mixed_heuristic = _by_activations(cpu_mixed.heuristic_schedule,
+                                       cpu_mixed_int8.heuristic_schedule)
 
 
 _SPACES: dict[tuple[str, str], DesignSpace] = {
@@ -40,7 +46,7 @@ _SPACES: dict[tuple[str, str], DesignSpace] = {
     ("uniform", "cuda"): cuda_uniform.design_space,
     ("bcq", "cpu"): cpu_bcq.design_space,
     ("bcq", "cuda"): cuda_bcq.design_space,
-    ("mixed", "cpu"): cpu_mixed.design_space,
+    ("mixed", "cpu"): _cpu_mixed_space,
     ("mixed", "cuda"): cuda_mixed.design_space,
 }
 
@@ -55,7 +61,7 @@ _UNTUNED: dict[tuple[str, str], Callable] = {
     ("uniform", "cuda"): cuda_uniform.heuristic_schedule,
     ("bcq", "cuda"): cuda_bcq.heuristic_schedule,
     ("mixed", "cuda"): cuda_mixed.heuristic_schedule,
-    ("mixed", "cpu"): cpu_mixed.heuristic_schedule,
+    ("mixed", "cpu"): _cpu_mixed_heuristic,
 }
 
 
@@ -79,13 +85,19 @@ def untuned_schedule(sch, spec: KernelSpec, target_class: str, hw):
     return get_design_space(spec, target_class)(sch, spec, hw)[0]
 
 
-#: CPU spaces whose knobs are categorical (the uniform family's, seeded by QIGen's model); the
-#: other CPU spaces sample perfect tiles.
-_CATEGORICAL_CPU = {"uniform"}
+#: CPU spaces whose knobs are categorical (the uniform family's, seeded by QIGen's model, and
+#: the int8-activation spaces, :func:`space_kind`); the other CPU spaces sample perfect tiles.
+_CATEGORICAL_CPU = {"uniform", "uniform_int8", "mixed_int8"}
+
+
+def space_kind(spec: KernelSpec) -> str:
+    """The family, with ``_int8`` for an int8-activation spec (its own space and search)."""
+    return spec.family + ("_int8" if getattr(spec, "int8_activations", False) else "")
 
 
 def _search_settings(target_class: str, family: str = ""):
-    """(postprocs, mutator probabilities) for ``family``'s space on ``target_class``.
+    """(postprocs, mutator probabilities) for ``family``'s space on ``target_class`` (``family``:
+    a :func:`space_kind`).
 
     GPU spaces and the uniform CPU space sample categorical knobs (MutateCategorical); the other
     CPU spaces sample perfect tiles (MutateTileSize). On GPUs a candidate whose launch breaks the
@@ -104,7 +116,8 @@ def _search_settings(target_class: str, family: str = ""):
 
 
 def search_strategy(target_class: str, family: str = ""):
-    """The evolutionary search for ``family``'s space on ``target_class``.
+    """The evolutionary search for ``family``'s space on ``target_class`` (``family``: a
+    :func:`space_kind`).
 
     The uniform CPU space holds a few hundred points (t_u fixed per sketch, short knob lists
     around the QIGen model's point), so a population of 64 covers them; MetaSchedule's default
@@ -128,7 +141,7 @@ def space_generator(spec: KernelSpec, target_class: str, hw):
     def schedule_fn(sch):
         return design_space(sch, spec, hw)
 
-    postprocs, mutators = _search_settings(target_class, spec.family)
+    postprocs, mutators = _search_settings(target_class, space_kind(spec))
     if spec.family in _DATA_DEPENDENT_LOOPS:
         postprocs = [p for p in postprocs if not isinstance(p, ms.postproc.DisallowDynamicLoop)]
     return ms.space_generator.ScheduleFn(

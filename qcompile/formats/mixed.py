@@ -224,18 +224,32 @@ class MixedTensors:
 
     def dequantize(self) -> np.ndarray:
         """W [K, N] float32 in input order, outliers included: the reference of the kernel."""
+        weight = self.dense()
+        self._add_outliers(weight)
+        return weight
+
+    def dense(self) -> np.ndarray:
+        """W [K, N] float32 in input order without the outliers (both dense parts)."""
         lay = self.layout
         w2, w4 = self.dense_parts()
         rows = storage_rows(self.order, lay.g1)
         weight = np.empty((lay.k, lay.n), dtype=np.float32)
         weight[rows[: lay.rows2]] = w2
         weight[rows[lay.rows2:]] = w4
-        nnz = lay.nnz
+        return weight
+
+    def outliers(self) -> np.ndarray:
+        """[K, N] float32: the fp16 outliers where they lie, 0 elsewhere."""
+        weight = np.zeros((self.layout.k, self.layout.n), dtype=np.float32)
+        self._add_outliers(weight)
+        return weight
+
+    def _add_outliers(self, weight: np.ndarray) -> None:
+        nnz = self.layout.nnz
         if nnz:
-            columns = np.repeat(np.arange(lay.n), np.diff(self.row_ptr))
+            columns = np.repeat(np.arange(self.layout.n), np.diff(self.row_ptr))
             weight[self.cols[:nnz].astype(np.int64), columns] += self.values[:nnz].astype(
                 np.float32)
-        return weight
 
     def average_bits(self) -> AverageBits:
         return average_bits(self.layout)

@@ -33,3 +33,17 @@ def compile_fixed(spec, preset, sketch, *decisions):
     sch = sketch(_tvm.Schedule(get_family(spec.family).compute(spec)), spec, hw, *decisions)
     lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))
     return lib[spec.name()]
+
+
+def tune_and_load(spec, preset, tmp_path, trials: int = 4):
+    """Tune ``spec`` for ``preset`` a few trials into a fresh sqlite database under
+    ``tmp_path``, build its best record and load it: the tuned kernel (``qcompile.Kernel``)."""
+    import qcompile
+    from qcompile.build import build
+    from qcompile.tune import tune
+    from tuning_db import Storage
+
+    storage = Storage(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    tune(spec, preset, storage=storage, trials=trials, progress=False,
+         work_dir=str(tmp_path / "work"))
+    return qcompile.load(build(spec, preset, tmp_path / "out", storage=storage).so_path)

@@ -99,11 +99,11 @@ def _part(sch: Schedule, spec: MixedSpec, part: str, under, lanes: int, g_unroll
     sch.unroll(d_reg)
     sch.vectorize(d_lanes)
     if part == "2":
-        _scales(sch, spec, inner if inner is not None else under, lanes)
+        scales_in_registers(sch, spec, inner if inner is not None else under, lanes)
     return combine, g, dot, words
 
 
-def _scales(sch: Schedule, spec: MixedSpec, loop, lanes: int) -> None:
+def scales_in_registers(sch: Schedule, spec: MixedSpec, loop, lanes: int) -> None:
     """The group's first-order scales of the tile, dequantized once into registers (block
     ``scale1``) with the second-order operands' column loop outside the vector lanes, so each
     vector reads one second-order zero and scale (a broadcast) instead of a gather of ``n //

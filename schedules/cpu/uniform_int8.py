@@ -69,8 +69,12 @@ class Plan:
     def tile_n(self) -> int:
         return self.t_u * LANES
 
+    def knobs(self) -> tuple[Knob, ...]:
+        return (self.m_u, self.n_blk)
+
     def seed_tiles(self) -> dict:
-        return {"t_u": self.t_u, "m_u": self.m_u.seed, "n_blk": self.n_blk.seed}
+        """Every knob at its seed, as fixed ``tiles`` (keys: the knobs' names, and t_u)."""
+        return {"t_u": self.t_u, **{knob.name: knob.seed for knob in self.knobs()}}
 
 
 def field_period(bits: int) -> int:
@@ -79,26 +83,98 @@ def field_period(bits: int) -> int:
     return {2: 4, 3: 8, 4: 2}[bits]
 
 
+def tile_widths(n: int, hw: CpuHardware, multiple_of: int = LANES) -> list[int]:
+    """The t_u values of the register model (eq. 4), widest first, at most
+    :data:`MAX_SKETCH_TU`: 2..:data:`MAX_T_U` vector tiles whose ``t_u * 8`` columns divide
+    ``n`` and are a multiple of ``multiple_of``; possibly none."""
+    vectors = n // LANES
+    widths = sorted({mk.t_u for mk in model.micro_kernels(hw.vector_registers)
+                     if 2 <= mk.t_u <= MAX_T_U and vectors % mk.t_u == 0
+                     and mk.t_u * LANES % multiple_of == 0}, reverse=True)
+    return widths[:MAX_SKETCH_TU]
+
+
+def m_u_knob(chunk: int, bits: int, name: str = "m_u") -> Knob:
+    """4-row steps per unrolled body for chunks of ``chunk`` rows of ``bits``-bit codes: the
+    divisors of the chunk's steps that are whole field periods (constant shift counts), up to
+    twice the seed."""
+    period = field_period(bits)
+    m_us = tuple(d for d in model.divisors(chunk // STEP)
+                 if d % period == 0 and d <= 2 * SEED_M_U)
+    return Knob(name, m_us, max(d for d in m_us if d <= SEED_M_U))
+
+
+def n_blk_knob(tiles: int, hw: CpuHardware) -> Knob:
+    """Tiles per parallel task, every core a task; the seed keeps
+    :data:`MIN_TASKS_PER_CORE` tasks per core."""
+    n_blks = tuple(d for d in model.divisors(tiles) if tiles // d >= hw.cores)[:6] or (1,)
+    seeds = [d for d in n_blks
+             if d <= SEED_N_BLK and tiles // d >= MIN_TASKS_PER_CORE * hw.cores]
+    return Knob("n_blk", n_blks, max(seeds, default=n_blks[0]))
+
+
 def plans(spec: UniformSpec, hw: CpuHardware) -> list[Plan]:
     """The sketches for ``spec`` on ``hw``: t_u from the register model, knobs seeded."""
-    vectors = spec.n // LANES
-    widths = sorted({mk.t_u for mk in model.micro_kernels(hw.vector_registers)
-                     if 2 <= mk.t_u <= MAX_T_U and vectors % mk.t_u == 0}, reverse=True)
-    widths = widths[:MAX_SKETCH_TU] or [1]
-    steps = chunk_rows(spec) // STEP
-    # An unrolled body of a whole number of field periods has constant shift counts.
-    period = field_period(spec.bits)
-    m_us = tuple(d for d in model.divisors(steps) if d % period == 0 and d <= 2 * SEED_M_U)
-    m_u_seed = max(d for d in m_us if d <= SEED_M_U)
-    out = []
-    for t_u in widths:
-        tiles = spec.n // (t_u * LANES)
-        n_blks = tuple(d for d in model.divisors(tiles) if tiles // d >= hw.cores)[:6] or (1,)
-        seeds = [d for d in n_blks
-                 if d <= SEED_N_BLK and tiles // d >= MIN_TASKS_PER_CORE * hw.cores]
-        out.append(Plan(t_u=t_u, m_u=Knob("m_u", m_us, m_u_seed),
-                        n_blk=Knob("n_blk", n_blks, max(seeds, default=n_blks[0]))))
-    return out
+    m_u = m_u_knob(chunk_rows(spec), spec.bits)
+    return [Plan(t_u=t_u, m_u=m_u, n_blk=n_blk_knob(spec.n // (t_u * LANES), hw))
+            for t_u in tile_widths(spec.n, hw) or [1]]
+
+
+@dataclass(frozen=True)
+class GroupDot:
+    """The blocks and loops :func:`finish_group_dot` needs from :func:`group_dot_nest`."""
+
+    widen: object
+    dot16: object
+    w_chunk: object
+    w_lanes: object
+    d_outer: object
+    d_lanes: object
+
+
+def group_dot_nest(sch: Schedule, g, m_u, widen: str = "widen", dot: str = "group_dot16",
+                   unpack: str = "unpack") -> GroupDot:
+    """The group's integer dot product under group loop ``g``: blocks ``widen`` (per chunk),
+    ``dot`` (m_u 4-row steps unrolled, 8-column tiles unrolled) and ``unpack`` (32 codes at a
+    time, right before their multiply-add), in registers (local scope)."""
+    # widen: per group, loops m g n c h under g (unit loops kept: the nest has one shape).
+    widen_block = sch.get_sblock(widen)
+    sch.compute_at(widen_block, g, preserve_unit_loops=True)
+    sch.set_scope(widen_block, 0, "local")
+    *_, w_n, w_chunk, w_pair = loops_below(sch, widen_block, g)
+    w_reg, w_lanes = sch.split(w_n, factors=[None, LANES])
+    sch.reorder(w_chunk, w_reg, w_lanes, w_pair)
+
+    # group_dot16 per chunk: loops ... n h r e; r split into m_u unrolled steps.
+    dot16 = sch.get_sblock(dot)
+    sch.compute_at(dot16, w_chunk, preserve_unit_loops=True)
+    sch.set_scope(dot16, 0, "local")
+    d_n, d_pair, d_steps, d_e = sch.get_loops(dot16)[-4:]
+    d_reg, d_lanes = sch.split(d_n, factors=[None, LANES])
+    d_outer, d_step = sch.split(d_steps, factors=[None, m_u])
+    sch.reorder(d_outer, d_step, d_reg, d_lanes, d_pair, d_e)
+
+    # 32 codes per vector tile, unpacked right before their multiply-add.
+    unpack_block = sch.get_sblock(unpack)
+    sch.compute_at(unpack_block, d_reg)
+    sch.set_scope(unpack_block, 0, "local")
+    sch.vectorize(sch.fuse(*sch.get_loops(unpack_block)[-2:]))
+
+    sch.unroll(d_step)
+    sch.unroll(d_reg)
+    sch.unroll(w_reg)
+    return GroupDot(widen_block, dot16, w_chunk, w_lanes, d_outer, d_lanes)
+
+
+def finish_group_dot(sch: Schedule, nest: GroupDot, combine, g) -> None:
+    """Decompose the reductions (the dot's, the widening's, ``combine``'s at group loop ``g``)
+    and tensorize the dot and the widening; after ``parallel``, which needs whole reduction
+    blocks."""
+    sch.decompose_reduction(nest.dot16, nest.d_outer)
+    sch.decompose_reduction(nest.widen, nest.w_chunk)
+    sch.decompose_reduction(combine, g)
+    sch.tensorize(nest.d_lanes, int8_dot.DOT_U8S8_I16)
+    sch.tensorize(nest.w_lanes, int8_dot.WIDEN_I16_I32)
 
 
 def register_tile(sch: Schedule, spec: UniformSpec, hw: CpuHardware,
@@ -116,40 +192,11 @@ def register_tile(sch: Schedule, spec: UniformSpec, hw: CpuHardware,
     acc = sch.cache_write(combine, 0, "local")
     sch.reverse_compute_at(acc, n_blk_loop)
 
-    # widen: per group, loops m g n c h under g (unit loops kept: the nest has one shape).
-    widen = sch.get_sblock("widen")
-    sch.compute_at(widen, g, preserve_unit_loops=True)
-    sch.set_scope(widen, 0, "local")
-    *_, w_n, w_chunk, w_pair = loops_below(sch, widen, g)
-    w_reg, w_lanes = sch.split(w_n, factors=[None, LANES])
-    sch.reorder(w_chunk, w_reg, w_lanes, w_pair)
-
-    # group_dot16 per chunk: loops ... n h r e; r split into m_u unrolled steps.
-    dot16 = sch.get_sblock("group_dot16")
-    sch.compute_at(dot16, w_chunk, preserve_unit_loops=True)
-    sch.set_scope(dot16, 0, "local")
-    d_n, d_pair, d_steps, d_e = sch.get_loops(dot16)[-4:]
-    d_reg, d_lanes = sch.split(d_n, factors=[None, LANES])
-    d_outer, d_step = sch.split(d_steps, factors=[None, m_u])
-    sch.reorder(d_outer, d_step, d_reg, d_lanes, d_pair, d_e)
-
-    # 32 codes per vector tile, unpacked right before their multiply-add.
-    unpack = sch.get_sblock("unpack")
-    sch.compute_at(unpack, d_reg)
-    sch.set_scope(unpack, 0, "local")
-    sch.vectorize(sch.fuse(*sch.get_loops(unpack)[-2:]))
-
-    sch.unroll(d_step)
-    sch.unroll(d_reg)
-    sch.unroll(w_reg)
+    nest = group_dot_nest(sch, g, m_u)
     sch.parallel(n_par)
     sch.unroll(n_reg)
     sch.vectorize(n_lanes)
-    sch.decompose_reduction(dot16, d_outer)
-    sch.decompose_reduction(widen, w_chunk)
-    sch.decompose_reduction(combine, g)
-    sch.tensorize(d_lanes, int8_dot.DOT_U8S8_I16)
-    sch.tensorize(w_lanes, int8_dot.WIDEN_I16_I32)
+    finish_group_dot(sch, nest, combine, g)
     return sch
 
 

@@ -9,7 +9,7 @@ from qcompile.errors import SpecError
 from qcompile.formats import bitpack
 from qcompile.kernels import UniformSpec, get_family
 from qcompile.kernels.uniform import compute_int8
-from qcompile.testing.kernels import compile_fixed, relative_error
+from qcompile.testing.kernels import compile_fixed, relative_error, tune_and_load
 from schedules.cpu import uniform_int8
 
 FAMILY = get_family("uniform")
@@ -123,16 +123,8 @@ def test_cuda_refuses_int8_activations():
 
 def test_tune_build_and_run_from_the_database(avx2, tmp_path):
     """The design space through MetaSchedule: records replay (tensorize included) in a build."""
-    import qcompile
-    from qcompile.build import build
-    from qcompile.tune import tune
-    from tuning_db import Storage
-
     spec = UniformSpec(k=K, n=128, bits=2, group_size=128, int8_activations=True)
-    storage = Storage(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    tune(spec, avx2, storage=storage, trials=4, progress=False, work_dir=str(tmp_path / "work"))
-    result = build(spec, avx2, tmp_path / "out", storage=storage)
-    kernel = qcompile.load(result.so_path)
+    kernel = tune_and_load(spec, avx2, tmp_path)
     assert kernel.layout["kind"] == "n_tiled"
     rng = np.random.default_rng(0)
     tensors = FAMILY.example_tensors(spec, rng)

@@ -63,6 +63,44 @@ def field_expr_cpu(codes, k, n, bits: int, magic_source):
     return field_expr(codes, k, n, bits)
 
 
+def scale1_block():
+    """A TIR macro ``(s1, meta2, scale2, zero2, G2, N, g2)``: block ``scale1``, the 2-bit part's
+    second-order dequantization ``s1 = (s1q + zero2) * scale2`` (a new macro per function: TVM
+    suffixes the block names of a macro's later expansions)."""
+
+    @T.macro
+    def scale1(s1, meta2, scale2, zero2, G2, N, g2):
+        for g, n in T.grid(G2, N):
+            with T.sblock("scale1"):
+                vg, vn = T.axis.remap("SS", [g, n])
+                s1[vg, vn] = T.Cast(
+                    "float32", T.shift_right(meta2[vg, vn], T.uint8(2)) + zero2[vg, vn // g2]
+                ) * T.Cast("float32", scale2[vg, vn // g2])
+
+    return scale1
+
+
+def finish_block():
+    """A TIR macro ``(y, y2, y4, x, row_ptr, cols, values, M, N, K, C)``: block ``finish``,
+    ``y = y2 + y4`` plus the column's CSR outliers times x (float32), a new macro per function
+    (see :func:`scale1_block`)."""
+
+    @T.macro
+    def finish(y, y2, y4, x, row_ptr, cols, values, M, N, K, C):
+        for m, n in T.grid(M, N):
+            with T.sblock("finish"):
+                vm, vn = T.axis.remap("SS", [m, n])
+                T.reads(y2[vm, vn], y4[vm, vn], row_ptr[vn:vn + 2], cols[0:C], values[0:C],
+                        x[vm, 0:K])
+                T.writes(y[vm, vn])
+                y[vm, vn] = y2[vm, vn] + y4[vm, vn]
+                for j in T.serial(row_ptr[vn], row_ptr[vn + 1]):
+                    y[vm, vn] = y[vm, vn] + T.Cast("float32", values[j]) * x[
+                        vm, T.Cast("int32", cols[j])]
+
+    return finish
+
+
 def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
     """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes).
 
@@ -99,6 +137,7 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
         return vh // (g4 // g1) if cuda else vh
 
     attrs = spec.func_attrs()
+    scale1, finish = scale1_block(), finish_block()
 
     @T.prim_func(s_tir=True)
     def mixed_gemm(
@@ -145,12 +184,7 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
                 dot2[vm, vg, vn] = dot2[vm, vg, vn] + scaled(
                     x2[vm, vg * g1 + vj], vg * g1 + vj, 2) * field(codes2, vg * g1 + vj, vn, 2,
                                                                    meta2[vg, vn])
-        for g, n in T.grid(G2, N):
-            with T.sblock("scale1"):
-                vg, vn = T.axis.remap("SS", [g, n])
-                s1[vg, vn] = T.Cast(
-                    "float32", T.shift_right(meta2[vg, vn], T.uint8(2)) + zero2[vg, vn // g2]
-                ) * T.Cast("float32", scale2[vg, vn // g2])
+        scale1(s1, meta2, scale2, zero2, G2, N, g2)
         for m, n, g in T.grid(M, N, G2):
             with T.sblock("combine2"):
                 vm, vn, vg = T.axis.remap("SSR", [m, n, g])
@@ -187,15 +221,6 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
                 y4[vm, vn] = y4[vm, vn] + T.Cast("float32", scales4[scale_group(vh), vn]) * (
                     dot4[vm, vh, vn]
                     - T.Cast("float32", zeros4[scale_group(vh), vn]) * xs4[vm, vh])
-        for m, n in T.grid(M, N):
-            with T.sblock("finish"):
-                vm, vn = T.axis.remap("SS", [m, n])
-                T.reads(y2[vm, vn], y4[vm, vn], row_ptr[vn:vn + 2], cols[0:C], values[0:C],
-                        x[vm, 0:K])
-                T.writes(y[vm, vn])
-                y[vm, vn] = y2[vm, vn] + y4[vm, vn]
-                for j in T.serial(row_ptr[vn], row_ptr[vn + 1]):
-                    y[vm, vn] = y[vm, vn] + T.Cast("float32", values[j]) * x[
-                        vm, T.Cast("int32", cols[j])]
+        finish(y, y2, y4, x, row_ptr, cols, values, M, N, K, C)
 
     return mixed_gemm

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from qcompile.errors import FormatError
+from qcompile.errors import FormatError, SpecError
 from qcompile.formats.mixed import MixedTensors, storage_rows
 from qcompile.kernels.base import KernelFamily, PreparedWeights
 from qcompile.kernels.mixed import layout as weight_layout
@@ -19,6 +19,8 @@ class MixedFamily(KernelFamily):
     spec_type: ClassVar[type] = MixedSpec
 
     def add_cli_arguments(self, group) -> None:
+        """The mixed spec's flags; ``--int8-activations`` is shared with the uniform family
+        (one parser: it adds the flag)."""
         group.add_argument("--g1", type=int, default=16,
                            help="mixed: rows per first-order group and per 2/4-bit choice "
                                 "(default 16)")
@@ -34,16 +36,28 @@ class MixedFamily(KernelFamily):
     def spec_from_cli(self, args, *, k: int, n: int) -> MixedSpec:
         return MixedSpec(k=k, n=n, m=args.batch, dtype=args.dtype, g1=args.g1, g2=args.g2,
                          g4=args.g4, four_bit_share=args.four_bit_share,
-                         outlier_share=args.outlier_share)
+                         outlier_share=args.outlier_share,
+                         int8_activations=getattr(args, "int8_activations", False))
 
     def compute(self, spec: MixedSpec):
+        if spec.int8_activations:
+            from qcompile.kernels.mixed.compute_int8 import mixed_compute_int8
+            from schedules.cpu import int8_dot
+
+            int8_dot.register()  # the tensor intrinsics its schedules (and records) name
+            return mixed_compute_int8(spec)
         from qcompile.kernels.mixed.compute import mixed_compute
 
         return mixed_compute(spec)
 
     def compute_for(self, spec: MixedSpec, target_kind: str):
         """The same blocks everywhere; on "cuda" the field scales avoid a reinterpret that
-        TVM's CUDA code generator cannot print."""
+        TVM's CUDA code generator cannot print. int8 activations are CPU only."""
+        if spec.int8_activations:
+            if target_kind == "cuda":
+                raise SpecError("int8 activations are a CPU kernel (AVX2 vpmaddubsw); CUDA "
+                                "kernels take float activations: drop --int8-activations")
+            return self.compute(spec)
         from qcompile.kernels.mixed.compute import mixed_compute
 
         return mixed_compute(spec, target_kind)
@@ -99,8 +113,10 @@ class MixedFamily(KernelFamily):
         PreparedWeights
             tensors: the format's arrays in the kernel's order, the per-column ones
             (codes2, meta2, scale2, zero2, codes4, scales4, zeros4) as [N/T, rows, T] in the
-            ``n_tiled`` layout; extras: ``layout`` (the layout) and ``report`` (the
-            quantizer's report: average bits, errors) when quantized here.
+            ``n_tiled`` layout (for ``int8_activations`` specs codes2 and codes4 as uint8 byte
+            planes [R, 1, N, 4], tiled [N/T, R, 1, T, 4]: kernels/mixed/compute_int8.py);
+            extras: ``layout`` (the layout) and ``report`` (the quantizer's report: average
+            bits, errors) when quantized here.
         """
         import torch
 
@@ -120,10 +136,9 @@ class MixedFamily(KernelFamily):
                 raise FormatError("calibration/hessian are for quantizing a float weight; "
                                   "give weight too")
             tensors = self.mixed_tensors(spec, **arrays)
-        operands = weight_layout.pack(
-            {name: torch.from_numpy(np.ascontiguousarray(a))
-             for name, a in tensors.operands().items()},
-            layout, spec.g2)
+        operands = self.kernel_operands(
+            spec, {name: torch.from_numpy(np.ascontiguousarray(a))
+                   for name, a in tensors.operands().items()}, layout)
         extras["layout"] = layout
         prepared = tuple(kernel_ready(t.to(device)) for t in operands.values())
         return PreparedWeights(spec_digest=spec.digest(), tensors=prepared,
@@ -143,15 +158,27 @@ class MixedFamily(KernelFamily):
         from qcompile.tensors import kernel_ready
 
         current = prepared.extras.get("layout")
-        if current == layout:
+        by_name = dict(zip(prepared.names, prepared.tensors, strict=True))
+        planes_needed = spec.int8_activations and by_name["codes2"].dim() == 2
+        if current == layout and not planes_needed:
             return prepared
         if current is not None:
             raise FormatError(f"weights already packed as {weight_layout.describe(current)}; "
                               "relayout starts from the format's layout")
-        by_name = weight_layout.pack(dict(zip(prepared.names, prepared.tensors, strict=True)),
-                                     layout, spec.g2)
+        by_name = self.kernel_operands(spec, by_name, layout)
         return replace(prepared, tensors=tuple(kernel_ready(by_name[n]) for n in prepared.names),
                        extras={**prepared.extras, "layout": layout})
+
+    @staticmethod
+    def kernel_operands(spec: MixedSpec, arrays: dict, layout: dict | None) -> dict:
+        """The format's arrays (numpy or torch, the format's layout) -> the kernel's operands:
+        for an ``int8_activations`` spec the codes as byte planes (compute_int8.py), then
+        packed into ``layout`` (kernels/mixed/layout.py)."""
+        if spec.int8_activations:
+            from qcompile.kernels.mixed.compute_int8 import byte_plane_operands
+
+            arrays = byte_plane_operands(arrays)
+        return weight_layout.pack(arrays, layout, spec.g2)
 
     def measure_arguments(self, spec: MixedSpec):
         """Valid operands for tuning (random ones would index outside the buffers)."""
@@ -210,6 +237,20 @@ class MixedFamily(KernelFamily):
     def reference(self, spec: MixedSpec, x: np.ndarray, **arrays) -> np.ndarray:
         weight = self.reference_weight(spec, **arrays).astype(np.float64)
         return np.asarray(x, dtype=np.float64) @ weight
+
+    def kernel_reference(self, spec: MixedSpec, x: np.ndarray, **arrays) -> np.ndarray:
+        """float64 output of exactly what ``spec``'s kernel computes: :meth:`reference`, except
+        that an ``int8_activations`` kernel multiplies the dense weights by x rounded per row
+        and g1-group (uniform.compute_int8.quantized_activations) and the outliers by x."""
+        if not spec.int8_activations:
+            return self.reference(spec, x, **arrays)
+        from qcompile.kernels.uniform.compute_int8 import quantized_activations
+
+        tensors = self.mixed_tensors(spec, **arrays)
+        x = np.asarray(x, dtype=np.float32)
+        rounded = quantized_activations(x.reshape(-1, spec.k), spec.g1).reshape(x.shape)
+        return (rounded @ tensors.dense().astype(np.float64)
+                + x.astype(np.float64) @ tensors.outliers().astype(np.float64))
 
 
 def _numpy(value):

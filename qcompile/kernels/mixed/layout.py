@@ -18,12 +18,14 @@ row-major inside::
     scales4  [N/T, K4/g4, T]      float16
     zeros4   [N/T, K4/g4, T]      uint8
 
-so a parallel task that reads consecutive tiles reads one contiguous range of each. ``order``
-and the CSR outliers (``row_ptr``, ``cols``, ``values``) keep their layout: they are indexed by
-data, not by the tile. The CPU design space applies the layout with ``transform_layout`` on the
-function's parameters, so it is part of the schedule's trace (hence of the tuning record);
-:func:`layout_of` reads it back from a scheduled function, the build writes it into the
-manifest and ``prepare`` packs the arrays for it.
+so a parallel task that reads consecutive tiles reads one contiguous range of each. The
+int8-activation kernel (compute_int8.py) reads codes2 and codes4 as byte planes [R, 1, N, 4];
+tiled, they are [N/T, R, 1, T, 4] (uniform/layout.py's int8 form), the others as above.
+``order`` and the CSR outliers (``row_ptr``, ``cols``, ``values``) keep their layout: they are
+indexed by data, not by the tile. The CPU design space applies the layout with
+``transform_layout`` on the function's parameters, so it is part of the schedule's trace (hence
+of the tuning record); :func:`layout_of` reads it back from a scheduled function, the build
+writes it into the manifest and ``prepare`` packs the arrays for it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from qcompile.errors import SpecError
-from qcompile.kernels.uniform.layout import N_TILED, check_match, describe, n_tiled
+from qcompile.kernels.uniform.layout import N_TILED, check_match, describe, has_block, n_tiled
 
 __all__ = ["N_TILED", "OPERANDS", "apply", "check_match", "describe", "layout_of", "n_tiled",
            "pack", "unpack"]
@@ -71,9 +73,28 @@ def apply(sch, n: int, g2: int, tile_n: int) -> None:
         Columns per tile.
     """
     check_tile(n, g2, tile_n)
+    int8 = _is_int8(sch)
     for buffer, block, second_order in OPERANDS:
+        if int8 and buffer in _PLANE_READERS:  # byte planes [U, 1, N, 4]
+            sch.transform_layout(sch.get_sblock(_PLANE_READERS[buffer]), buffer,
+                                 _plane_tiles_of(tile_n))
+            continue
         per_tile = tile_n // g2 if second_order else tile_n
         sch.transform_layout(sch.get_sblock(block), buffer, _tiles_of(per_tile))
+
+
+#: The int8-activation compute (compute_int8.py) reads its codes as byte planes in these blocks.
+_PLANE_READERS = {"codes2": "unpack2", "codes4": "unpack4"}
+
+
+def _is_int8(sch) -> bool:
+    """Whether ``sch`` is the int8-activation compute (its codes are unpacked as bytes)."""
+    return has_block(sch, "unpack2")
+
+
+def _plane_tiles_of(tile_n: int):
+    """(u, p, c, j) -> (c // tile_n, u, p, c % tile_n, j): byte planes in column tiles."""
+    return lambda u, p, c, j: (c // tile_n, u, p, c % tile_n, j)
 
 
 def _tiles_of(per_tile: int):
@@ -87,7 +108,9 @@ def layout_of(func) -> dict | None:
     for param in func.params:  # TVM 0.27: a parameter is its buffer (name, shape)
         if param.name == "codes2":
             shape = [int(d) for d in param.shape]
-            return n_tiled(shape[2]) if len(shape) == 3 else None
+            if len(shape) in (3, 5):  # tiled words [N/T, R, T] or planes [N/T, U, 1, T, 4]
+                return n_tiled(shape[2] if len(shape) == 3 else shape[3])
+            return None
     return None
 
 
@@ -124,6 +147,12 @@ def pack(tensors: dict, layout: dict | None, g2: int) -> dict:
     out = dict(tensors)
     for name, _, second_order in OPERANDS:
         t = tensors[name]
+        if t.ndim == 4:  # the int8 kernel's byte planes [U, 1, N, 4]
+            units, planes, cols, step = t.shape
+            check_tile(cols, g2, tile)
+            out[name] = _contiguous(_move_tiles_first(
+                t.reshape(units, planes, cols // tile, tile, step)))
+            continue
         per_tile = tile // g2 if second_order else tile
         rows, cols = t.shape
         check_tile(cols * (g2 if second_order else 1), g2, tile)
@@ -138,6 +167,11 @@ def unpack(tensors: dict, layout: dict | None, g2: int) -> dict:
     out = dict(tensors)
     for name, _, _ in OPERANDS:
         t = tensors[name]
+        if t.ndim == 5:  # byte planes [N/T, U, 1, T, 4]
+            tiles, units, planes, tile, step = t.shape
+            out[name] = _contiguous(_move_tiles_back(t).reshape(units, planes, tiles * tile,
+                                                                step))
+            continue
         tiles, rows, per_tile = t.shape
         out[name] = _contiguous(_swap01(t).reshape(rows, tiles * per_tile))
     return out
@@ -146,6 +180,16 @@ def unpack(tensors: dict, layout: dict | None, g2: int) -> dict:
 def _swap01(t):
     """Swap the first two axes of a 3-D numpy array or torch tensor (a view)."""
     return t.transpose(1, 0, 2) if isinstance(t, np.ndarray) else t.permute(1, 0, 2)
+
+
+def _move_tiles_first(t):
+    """[U, P, N/T, T, 4] -> [N/T, U, P, T, 4] (a view), numpy or torch."""
+    return t.transpose(2, 0, 1, 3, 4) if isinstance(t, np.ndarray) else t.permute(2, 0, 1, 3, 4)
+
+
+def _move_tiles_back(t):
+    """[N/T, U, P, T, 4] -> [U, P, N/T, T, 4] (a view), numpy or torch."""
+    return t.transpose(1, 2, 0, 3, 4) if isinstance(t, np.ndarray) else t.permute(1, 2, 0, 3, 4)
 
 
 def _contiguous(t):

@@ -15,7 +15,8 @@ def alloc_arguments(spec_json: str, device, args_info, alloc_repeat: int):
     """LocalRunner's ``f_alloc_argument`` for the spec in ``spec_json`` (bound with partial).
 
     Returns ``alloc_repeat`` argument lists: x float32 [M, K] (standard normal), the format's
-    arrays (packed in the candidate's weight layout, read from its argument shapes), y float32
+    arrays (as the kernel reads them: byte planes for int8 activations, packed in the candidate's
+    weight layout, read from its argument shapes), y float32
     [M, N] (zeros).
     """
     import json
@@ -28,11 +29,12 @@ def alloc_arguments(spec_json: str, device, args_info, alloc_repeat: int):
     family = get_family(spec.family)
     # The candidate's layout is in its argument shapes (codes2 [N/T, K2/16, T] when tiled).
     codes2 = [tuple(info[2]) for info in args_info][2]
-    layout = weight_layout.n_tiled(codes2[2]) if len(codes2) == 3 else None
+    tiled = {3: 2, 5: 3}.get(len(codes2))  # words [N/T, R, T] or byte planes [N/T, U, 1, T, 4]
+    layout = weight_layout.n_tiled(codes2[tiled]) if tiled else None
     repeated = []
     for index in range(alloc_repeat):
         rng = np.random.default_rng(index)
-        tensors = weight_layout.pack(family.example_tensors(spec, rng), layout, spec.g2)
+        tensors = family.kernel_operands(spec, family.example_tensors(spec, rng), layout)
         arrays = [rng.standard_normal((spec.m, spec.k)).astype(np.float32),
                   *tensors.values(),
                   np.zeros((spec.m, spec.n), dtype=np.float32)]

@@ -10,6 +10,8 @@ from qcompile.formats.mixed import MixedLayout
 from qcompile.kernels.base import KernelSpec
 
 ACTIVATION_DTYPES = ("float32",)
+#: Columns of one int32 vector of the int8-activation kernel (AVX2).
+INT8_LANES = 8
 
 
 def _share_label(share: float) -> str:
@@ -39,6 +41,11 @@ class MixedSpec(KernelSpec):
         Share of the g1-groups stored in 4-bit (rounded to whole g4 groups).
     outlier_share : float
         Share of all weights kept as fp16 outliers (taken from the 2-bit groups).
+    int8_activations : bool
+        CPU only: round x per row and g1-group to int8 inside the kernel and take integer dot
+        products with the 2- and 4-bit codes (AVX2 ``vpmaddubsw``; kernels/mixed/compute_int8.py,
+        the uniform family's intrinsics). The outliers still multiply the float32 x. About
+        1e-2 relative error instead of 1e-6; N must be a multiple of 8.
     """
 
     family: ClassVar[str] = "mixed"
@@ -53,6 +60,7 @@ class MixedSpec(KernelSpec):
     g4: int = 64
     four_bit_share: float = 0.25
     outlier_share: float = 0.002
+    int8_activations: bool = False
 
     def __post_init__(self) -> None:
         for field in ("k", "n", "m"):
@@ -69,6 +77,20 @@ class MixedSpec(KernelSpec):
             self.layout  # noqa: B018 - validates shapes, group sizes and shares
         except FormatError as error:
             raise SpecError(str(error)) from None
+        if not isinstance(self.int8_activations, bool):
+            raise SpecError(
+                f"int8_activations must be True or False; got {self.int8_activations!r}")
+        if self.int8_activations and self.n % INT8_LANES:
+            raise SpecError(f"int8 activations need N divisible by {INT8_LANES} (one 256-bit "
+                            f"vector of int32 sums covers {INT8_LANES} columns); got N={self.n}")
+
+    def to_dict(self) -> dict:
+        """As the base class, but ``int8_activations`` only when True: specs from before the
+        field existed keep their digest, so their tuned records stay valid."""
+        data = super().to_dict()
+        if not data["int8_activations"]:
+            del data["int8_activations"]
+        return data
 
     @property
     def layout(self) -> MixedLayout:
@@ -78,4 +100,5 @@ class MixedSpec(KernelSpec):
 
     def name(self) -> str:
         return (f"mixed_g{self.g1}_{self.g2}_{self.g4}_q{_share_label(self.four_bit_share)}"
-                f"_o{_share_label(self.outlier_share)}_k{self.k}_n{self.n}_m{self.m}_f32")
+                f"_o{_share_label(self.outlier_share)}_k{self.k}_n{self.n}_m{self.m}_f32"
+                + ("_xi8" if self.int8_activations else ""))

@@ -79,11 +79,16 @@ def chunk_limit(bits: int) -> int:
 
 
 def chunk_rows(spec: UniformSpec) -> int:
-    """Rows of K per 16-bit chunk: the largest divisor of the group size that is a whole number
+    """Rows of K per 16-bit chunk of ``spec``'s groups (:func:`chunk_rows_for`)."""
+    return chunk_rows_for(spec.effective_group_size, spec.bits)
+
+
+def chunk_rows_for(group_rows: int, bits: int) -> int:
+    """Rows of K per 16-bit chunk: the largest divisor of ``group_rows`` that is a whole number
     of K units (so the unpacking's shift counts repeat within it) and fits :func:`chunk_limit`."""
-    gsize, block = spec.effective_group_size, unit_rows(spec.bits)
-    fits = [d for d in range(block, min(gsize, chunk_limit(spec.bits)) + 1, block)
-            if gsize % d == 0]
+    block = unit_rows(bits)
+    fits = [d for d in range(block, min(group_rows, chunk_limit(bits)) + 1, block)
+            if group_rows % d == 0]
     return max(fits)
 
 
@@ -106,6 +111,34 @@ def code_expr(qweight, position, n, bits: int):
         T.uint8((1 << bits) - 1))
 
 
+def integer_group_dot():
+    """A TIR macro ``(dot_name, widen_name, xq, codes, dot16, dot, M, G, C, N, rows, CH)``:
+    blocks ``dot_name`` and ``widen_name`` computing ``dot[m, g, n]``, the int32 sum over the
+    ``rows`` rows of group g (C chunks of CH) of ``xq[m, k] * codes[n, k]``, as 16-bit pair sums
+    per chunk (``dot16`` [M, G, C, N, 2]: the tensorized vpmaddubsw) widened to int32
+    (vpmaddwd). A new macro per call site: TVM suffixes the block names of a macro's second
+    and later expansions ("_1", ...), and the schedules find blocks by name."""
+
+    @T.macro
+    def group_dot(dot_name, widen_name, xq, codes, dot16, dot, M, G, C, N, rows, CH):
+        for m, g, c, n, h, r, e in T.grid(M, G, C, N, 2, CH // STEP, 2):
+            with T.sblock(dot_name):
+                vm, vg, vc, vn, vh, vr, ve = T.axis.remap("SSSSSRR", [m, g, c, n, h, r, e])
+                with T.init():
+                    dot16[vm, vg, vc, vn, vh] = T.int16(0)
+                dot16[vm, vg, vc, vn, vh] = dot16[vm, vg, vc, vn, vh] + T.Cast(
+                    "int16", xq[vm, vg * rows + vc * CH + vr * STEP + vh * 2 + ve]) * T.Cast(
+                    "int16", codes[vn, vg * rows + vc * CH + vr * STEP + vh * 2 + ve])
+        for m, g, n, c, h in T.grid(M, G, N, C, 2):
+            with T.sblock(widen_name):
+                vm, vg, vn, vc, vh = T.axis.remap("SSSRR", [m, g, n, c, h])
+                with T.init():
+                    dot[vm, vg, vn] = 0
+                dot[vm, vg, vn] = dot[vm, vg, vn] + T.Cast("int32", dot16[vm, vg, vc, vn, vh])
+
+    return group_dot
+
+
 def uniform_compute_int8(spec: UniformSpec):
     """The PrimFunc for an ``int8_activations`` spec (symbol ``spec.name()``).
 
@@ -119,6 +152,7 @@ def uniform_compute_int8(spec: UniformSpec):
     C = gsize // CH
     attrs = spec.func_attrs()
     levels = float(X_LEVELS)
+    group_dot = integer_group_dot()
 
     @T.prim_func(s_tir=True)
     def uniform_gemm_int8(
@@ -158,20 +192,7 @@ def uniform_compute_int8(spec: UniformSpec):
             with T.sblock("unpack"):
                 vn, vk = T.axis.remap("SS", [n, k])
                 codes[vn, vk] = code_expr(qweight, vk, vn, bits)
-        for m, g, c, n, h, r, e in T.grid(M, G, C, N, 2, CH // STEP, 2):
-            with T.sblock("group_dot16"):
-                vm, vg, vc, vn, vh, vr, ve = T.axis.remap("SSSSSRR", [m, g, c, n, h, r, e])
-                with T.init():
-                    dot16[vm, vg, vc, vn, vh] = T.int16(0)
-                dot16[vm, vg, vc, vn, vh] = dot16[vm, vg, vc, vn, vh] + T.Cast(
-                    "int16", xq[vm, vg * gsize + vc * CH + vr * STEP + vh * 2 + ve]) * T.Cast(
-                    "int16", codes[vn, vg * gsize + vc * CH + vr * STEP + vh * 2 + ve])
-        for m, g, n, c, h in T.grid(M, G, N, C, 2):
-            with T.sblock("widen"):
-                vm, vg, vn, vc, vh = T.axis.remap("SSSRR", [m, g, n, c, h])
-                with T.init():
-                    dot[vm, vg, vn] = 0
-                dot[vm, vg, vn] = dot[vm, vg, vn] + T.Cast("int32", dot16[vm, vg, vc, vn, vh])
+        group_dot("group_dot16", "widen", xq, codes, dot16, dot, M, G, C, N, gsize, CH)
         for m, n, g in T.grid(M, N, G):
             with T.sblock("combine"):
                 vm, vn, vg = T.axis.remap("SSR", [m, n, g])

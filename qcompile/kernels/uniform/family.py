@@ -33,9 +33,10 @@ class UniformFamily(KernelFamily):
                            help="uniform: gather x by act_order's permutation inside the kernel "
                                 "(True/False, default False)")
         group.add_argument("--int8-activations", action="store_true",
-                           help="uniform, CPU: quantize x to int8 per group and take integer "
-                                "dot products (AVX2 vpmaddubsw): 2/3/4-bit at the memory "
-                                "bandwidth, about 1e-2 relative error")
+                           help="uniform and mixed, CPU: quantize x to int8 per group and take "
+                                "integer dot products (AVX2 vpmaddubsw): 2/3/4-bit at the "
+                                "memory bandwidth, about 1e-2 relative error (mixed: the "
+                                "outliers still use float x)")
 
     def spec_from_cli(self, args, *, k: int, n: int) -> UniformSpec:
         return UniformSpec(k=k, n=n, bits=args.bits, group_size=args.group_size, m=args.batch,

@@ -64,8 +64,13 @@ def apply(sch, n: int, tile_n: int) -> None:
 
 def _is_int8(sch) -> bool:
     """Whether ``sch`` is the int8-activation compute (its codes are unpacked as bytes)."""
+    return has_block(sch, "unpack")
+
+
+def has_block(sch, name: str) -> bool:
+    """Whether ``sch``'s function has a block called ``name``."""
     try:
-        sch.get_sblock("unpack")
+        sch.get_sblock(name)
     except Exception:  # TVM raises its own ScheduleError when the block is missing
         return False
     return True
