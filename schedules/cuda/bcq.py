@@ -260,17 +260,16 @@ def heuristic_knobs(spec: BcqSpec, hw: GpuHardware) -> dict[str, int]:
 
 def heuristic_schedule(sch: Schedule, spec: BcqSpec, hw: GpuHardware) -> Schedule:
     """The schedule of :func:`heuristic_knobs` (a valid kernel without tuning), with the words
-    staged in registers, the groups looped and the words inner where the words fit.
+    staged in registers where they fit, the groups looped, words outer.
 
     Why that sketch: measured on the H200 (7168x28672, q = 3, mu = 4, 128 threads x 4 columns,
-    2 groups per block; tools/results/h200/bcq_sweep2.log, 2026-11-23): staged + words inner
-    42.8 us, staged 44.1 us, staged + unrolled groups + words inner 52.7 us. By SASS unrolled
-    groups take fewer instructions per lookup (4.1-4.4 against 6.3-6.9: the table offset folds
-    into the LDS), but ptxas then issues a group's word loads nearly one at a time; looped, words
-    inner, 8 to 12 of a group's 12 LDG.128 are in flight per thread."""
+    2 groups per block; tools/results/h200/bcq_sweep2.log, 2026-11-23): staged 44.1 us; staged
+    + words inner 42.8 us, but ptxas spills it (72 registers, 12 bytes); staged + unrolled groups
+    + words inner 52.7 us. By SASS unrolled groups take fewer instructions per lookup (4.1-4.4
+    against 6.3-6.9: the table offset folds into the LDS), but ptxas then issues a group's word
+    loads nearly one at a time. Tuning searches all of them."""
     stage = can_stage_words(spec)
-    return sketch(sch, spec, hw, heuristic_knobs(spec, hw), stage_words=stage,
-                  unroll_groups=False, words_inner=stage)
+    return sketch(sch, spec, hw, heuristic_knobs(spec, hw), stage_words=stage)
 
 
 #: (stage_words, unroll_groups, words_inner) of the sketches where the words can be staged.

@@ -132,8 +132,7 @@ def test_heuristic_schedule_is_correct():
     spec = BcqSpec(k=1024, n=512, q=3, group_size=128, mu=4)
     knobs = cuda_bcq.heuristic_knobs(spec, HW)
     stage = cuda_bcq.can_stage_words(spec)
-    y, ref = run_emulated(spec, knobs, seed=1, stage_words=stage, unroll_groups=stage,
-                          words_inner=stage)
+    y, ref = run_emulated(spec, knobs, seed=1, stage_words=stage)
     assert np.abs(y - ref).max() / np.abs(ref).max() < 1e-5
 
 
@@ -156,29 +155,25 @@ def test_generated_cuda_has_the_papers_structure():
 
 
 def test_heuristic_kernel_at_the_issue_shape():
-    """7168x28672, q=3, g=128, mu=4 (issue 5): 128-bit loads of the plane words, groups
-    unrolled (a lookup per shift + AND + LDS at a constant offset + FADD), the words inner (the
-    first lookups read every staged word), registers for 8 blocks of 128 threads per SM in the
-    lookup kernel (not the slice sum's: ptxas_report takes the largest), no spills."""
+    """7168x28672, q=3, g=128, mu=4 (issue 5): the heuristic's own schedule (staged words,
+    groups looped: 44.1 us on the H200, tools/results/h200/bcq_sweep2.log) has 128-bit loads of
+    the plane words, no spills, and registers for 6 blocks of 128 threads per SM in the lookup
+    kernel."""
     spec = BcqSpec(k=7168, n=28672, q=3, group_size=128, mu=4)
     knobs = cuda_bcq.heuristic_knobs(spec, HW)
     assert knobs == {"threads": 128, "cols": 4, "groups_per_block": 2, "unroll": 16}
-    source = cuda_source(schedule(spec, knobs, stage_words=True, unroll_groups=True,
-                                  words_inner=True).mod)
+    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    sch = cuda_bcq.heuristic_schedule(_tvm.Schedule(mod), spec, HW)
+    source = cuda_source(sch.mod)
+    assert source == cuda_source(schedule(spec, knobs, stage_words=True).mod)
     assert len(_BODY.findall(source)) == 2
-    assert "*(int4*)(planes_ptr" in source                                # LDG.128
-    assert "g_1" not in source                                            # groups unrolled
-    first = re.search(r"dot_local_ptr\[\d+\] = \(dot_local_ptr.*", source).group(0)
-    assert "planes_local_ptr[0]" in first and ">> (uint)0)" in first      # chunk 0, word 0
-    second = source[source.index(first) + len(first):].split("\n", 13)[12]
-    assert "planes_local_ptr[4]" in second, second                        # then word 1
+    assert len(re.findall(r"\*\(int4\*\)\(planes_local_ptr \+ \d+\) = \*\(int4\*\)\(planes_ptr",
+                          source)) == 12          # a group: 3 planes x 4 words, LDG.128 each
     report = ptxas_report(source, arch=HW.arch)
     if report is None:
         pytest.skip("nvcc is not installed: ptxas cannot report registers")
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
-    lookups = [k for name, k in report["kernels"].items() if not name.endswith("_1")]
-    assert lookups and report["registers"] == lookups[0]["registers"], report
-    assert report["registers"] <= 64, report                  # 8 blocks of 128 threads / SM
+    assert report["registers"] <= 80, report                  # 6 blocks of 128 threads / SM
 
 
 def test_knob_candidates_respect_shared_memory_and_divisibility():
