@@ -93,6 +93,33 @@ def signed_sum(x, m, c, e, mu: int):
     return total
 
 
+def lookups_block():
+    """A TIR macro ``(y, dot, table, x_sum, planes, alpha, z, M, N, G, Q, cpg, mu)``: blocks
+    ``group_dot`` (per group, plane and output, the sum of the table entries its keys select)
+    and ``combine`` (alpha-weighted plane sums plus z times the group sum of x), the same on
+    CPUs and GPUs (a new macro per function: TVM suffixes the block names of a macro's later
+    expansions)."""
+
+    @T.macro
+    def lookups(y, dot, table, x_sum, planes, alpha, z, M, N, G, Q, cpg, mu):
+            for m, g, i, n, r in T.grid(M, G, Q, N, cpg):
+                with T.sblock("group_dot"):
+                    vm, vg, vi, vn, vr = T.axis.remap("SSSSR", [m, g, i, n, r])
+                    with T.init():
+                        dot[vm, vg, vi, vn] = T.float32(0)
+                    dot[vm, vg, vi, vn] = dot[vm, vg, vi, vn] + table[
+                        vm, vg * cpg + vr, key_expr(planes, vi, vg * cpg + vr, vn, mu)]
+            for m, n, g in T.grid(M, N, G):
+                with T.sblock("combine"):
+                    vm, vn, vg = T.axis.remap("SSR", [m, n, g])
+                    with T.init():
+                        y[vm, vn] = T.float32(0)
+                    y[vm, vn] = y[vm, vn] + (planes_sum(alpha, dot, vm, vg, vn, Q)
+                                             + z[vg, vn] * x_sum[vm, vg])
+
+    return lookups
+
+
 def bcq_compute(spec: BcqSpec, gpu: bool = False):
     """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes);
     ``gpu`` selects the GPU form of ``lut`` and ``x_sum`` (see the module docstring)."""
@@ -102,6 +129,7 @@ def bcq_compute(spec: BcqSpec, gpu: bool = False):
     mu, gsize, cpg = spec.mu, spec.effective_group_size, spec.chunks_per_group
     C, E, W = spec.chunks, 1 << spec.mu, spec.words
     attrs = spec.func_attrs()
+    lookups = lookups_block()
 
     @T.prim_func(s_tir=True)
     def bcq_gemm(
@@ -127,20 +155,7 @@ def bcq_compute(spec: BcqSpec, gpu: bool = False):
                 with T.init():
                     x_sum[vm, vg] = T.float32(0)
                 x_sum[vm, vg] = x_sum[vm, vg] + x[vm, vg * gsize + vr]
-        for m, g, i, n, r in T.grid(M, G, Q, N, cpg):
-            with T.sblock("group_dot"):
-                vm, vg, vi, vn, vr = T.axis.remap("SSSSR", [m, g, i, n, r])
-                with T.init():
-                    dot[vm, vg, vi, vn] = T.float32(0)
-                dot[vm, vg, vi, vn] = dot[vm, vg, vi, vn] + table[
-                    vm, vg * cpg + vr, key_expr(planes, vi, vg * cpg + vr, vn, mu)]
-        for m, n, g in T.grid(M, N, G):
-            with T.sblock("combine"):
-                vm, vn, vg = T.axis.remap("SSR", [m, n, g])
-                with T.init():
-                    y[vm, vn] = T.float32(0)
-                y[vm, vn] = y[vm, vn] + (planes_sum(alpha, dot, vm, vg, vn, Q)
-                                         + z[vg, vn] * x_sum[vm, vg])
+        lookups(y, dot, table, x_sum, planes, alpha, z, M, N, G, Q, cpg, mu)
 
     return bcq_gemm
 
@@ -150,6 +165,7 @@ def _bcq_compute_gpu(spec: BcqSpec):
     mu, cpg = spec.mu, spec.chunks_per_group
     C, E, W = spec.chunks, 1 << spec.mu, spec.words
     attrs = spec.func_attrs()
+    lookups = lookups_block()
 
     @T.prim_func(s_tir=True)
     def bcq_gemm(
@@ -173,19 +189,6 @@ def _bcq_compute_gpu(spec: BcqSpec):
                 with T.init():
                     x_sum[vm, vg] = T.float32(0)
                 x_sum[vm, vg] = x_sum[vm, vg] + table[vm, vg * cpg + vr, E - 1]
-        for m, g, i, n, r in T.grid(M, G, Q, N, cpg):
-            with T.sblock("group_dot"):
-                vm, vg, vi, vn, vr = T.axis.remap("SSSSR", [m, g, i, n, r])
-                with T.init():
-                    dot[vm, vg, vi, vn] = T.float32(0)
-                dot[vm, vg, vi, vn] = dot[vm, vg, vi, vn] + table[
-                    vm, vg * cpg + vr, key_expr(planes, vi, vg * cpg + vr, vn, mu)]
-        for m, n, g in T.grid(M, N, G):
-            with T.sblock("combine"):
-                vm, vn, vg = T.axis.remap("SSR", [m, n, g])
-                with T.init():
-                    y[vm, vn] = T.float32(0)
-                y[vm, vn] = y[vm, vn] + (planes_sum(alpha, dot, vm, vg, vn, Q)
-                                         + z[vg, vn] * x_sum[vm, vg])
+        lookups(y, dot, table, x_sum, planes, alpha, z, M, N, G, Q, cpg, mu)
 
     return bcq_gemm
