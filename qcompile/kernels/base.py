@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from qcompile.errors import ArgumentError, SpecError
+from qcompile.errors import ArgumentError, FormatError, SpecError
 
 #: Bump to invalidate every stored digest at once (a change in how specs are serialised).
 SPEC_SCHEMA_VERSION = 1
@@ -157,6 +157,40 @@ class KernelFamily:
         dict the build stores in the manifest and ``prepare(layout=...)`` accepts); None when
         it reads the operands as ``prepare`` gives them by default."""
         return None
+
+    #: For families with weight layouts: the operand whose int8-activation byte planes
+    #: replace its 2-D int32 words (so ``relayout`` knows whether they are split yet).
+    codes_operand: ClassVar[str] = ""
+
+    def kernel_operands(self, spec: KernelSpec, by_name: dict, layout: dict | None) -> dict:
+        """The format's operands (torch, by name) -> the kernel's: byte planes for an
+        ``int8_activations`` spec, then packed into ``layout``. Families with layouts only."""
+        raise NotImplementedError(f"the {self.name} family has no weight layouts")
+
+    def describe_layout(self, layout: dict | None) -> str:
+        """A layout in words, for messages."""
+        return str(layout)
+
+    def relayout(self, spec: KernelSpec, prepared: PreparedWeights,
+                 layout: dict | None) -> PreparedWeights:
+        """``prepared`` (the format's layout) packed into ``layout``: new tensors, same extras
+        (:meth:`kernel_operands`; a no-op when the layouts agree and nothing is to split)."""
+        from dataclasses import replace
+
+        from qcompile.tensors import kernel_ready
+
+        current = prepared.extras.get("layout")
+        by_name = dict(zip(prepared.names, prepared.tensors, strict=True))
+        planes_needed = (getattr(spec, "int8_activations", False)
+                         and by_name[self.codes_operand].dim() == 2)
+        if current == layout and not planes_needed:
+            return prepared
+        if current is not None:
+            raise FormatError(f"weights already packed as {self.describe_layout(current)}; "
+                              "relayout starts from the format's layout")
+        by_name = self.kernel_operands(spec, by_name, layout)
+        return replace(prepared, tensors=tuple(kernel_ready(by_name[n]) for n in prepared.names),
+                       extras={**prepared.extras, "layout": layout})
 
     def bytes_read(self, spec: KernelSpec) -> int:
         """Every byte one call must read (weights, scales, activations): the GB/s numerator."""

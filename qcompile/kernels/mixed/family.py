@@ -149,28 +149,12 @@ class MixedFamily(KernelFamily):
         for the format's own."""
         return weight_layout.layout_of(func)
 
-    def relayout(self, spec: MixedSpec, prepared: PreparedWeights,
-                 layout: dict | None) -> PreparedWeights:
-        """``prepared`` (the format's layout) packed into ``layout``: new tensors, same
-        extras."""
-        from dataclasses import replace
+    codes_operand: ClassVar[str] = "codes2"
 
-        from qcompile.tensors import kernel_ready
+    def describe_layout(self, layout: dict | None) -> str:
+        return weight_layout.describe(layout)
 
-        current = prepared.extras.get("layout")
-        by_name = dict(zip(prepared.names, prepared.tensors, strict=True))
-        planes_needed = spec.int8_activations and by_name["codes2"].dim() == 2
-        if current == layout and not planes_needed:
-            return prepared
-        if current is not None:
-            raise FormatError(f"weights already packed as {weight_layout.describe(current)}; "
-                              "relayout starts from the format's layout")
-        by_name = self.kernel_operands(spec, by_name, layout)
-        return replace(prepared, tensors=tuple(kernel_ready(by_name[n]) for n in prepared.names),
-                       extras={**prepared.extras, "layout": layout})
-
-    @staticmethod
-    def kernel_operands(spec: MixedSpec, arrays: dict, layout: dict | None) -> dict:
+    def kernel_operands(self, spec: MixedSpec, arrays: dict, layout: dict | None) -> dict:
         """The format's arrays (numpy or torch, the format's layout) -> the kernel's operands:
         for an ``int8_activations`` spec the codes as byte planes (compute_int8.py), then
         packed into ``layout`` (kernels/mixed/layout.py)."""

@@ -138,7 +138,7 @@ class UniformFamily(KernelFamily):
             extras["perm"] = torch.from_numpy(permutation).to(device)
         if bias is not None:
             extras["bias"] = self._bias(spec, bias).to(device)
-        by_name = self._pack(spec, {name: torch.from_numpy(np.ascontiguousarray(a))
+        by_name = self.kernel_operands(spec, {name: torch.from_numpy(np.ascontiguousarray(a))
                                     for name, a in zip(names, operands, strict=True)}, layout)
         extras["layout"] = layout
         tensors = tuple(kernel_ready(by_name[name].to(device)) for name in names)
@@ -149,28 +149,12 @@ class UniformFamily(KernelFamily):
         """The weight layout scheduled PrimFunc ``func`` reads (layout.py); None for GPTQ's."""
         return weight_layout.layout_of(func)
 
-    def relayout(self, spec: UniformSpec, prepared: PreparedWeights,
-                 layout: dict | None) -> PreparedWeights:
-        """``prepared`` (GPTQ layout) packed into ``layout``: new tensors, same extras. For an
-        ``int8_activations`` spec the codes are first split into its byte planes."""
-        from dataclasses import replace
+    codes_operand: ClassVar[str] = "qweight"
 
-        current = prepared.extras.get("layout")
-        by_name = dict(zip(prepared.names, prepared.tensors, strict=True))
-        planes_needed = spec.int8_activations and by_name["qweight"].dim() == 2
-        if current == layout and not planes_needed:
-            return prepared
-        if current is not None:
-            raise FormatError(f"weights already packed as {weight_layout.describe(current)}; "
-                              "relayout starts from GPTQ's layout")
-        from qcompile.tensors import kernel_ready
+    def describe_layout(self, layout: dict | None) -> str:
+        return weight_layout.describe(layout)
 
-        by_name = self._pack(spec, by_name, layout)
-        return replace(prepared, tensors=tuple(kernel_ready(by_name[n]) for n in prepared.names),
-                       extras={**prepared.extras, "layout": layout})
-
-    @staticmethod
-    def _pack(spec: UniformSpec, by_name: dict, layout: dict | None) -> dict:
+    def kernel_operands(self, spec: UniformSpec, by_name: dict, layout: dict | None) -> dict:
         """GPTQ-layout operands (torch) -> the kernel's: the codes split into byte planes for
         an ``int8_activations`` spec (compute_int8.byte_planes), then packed into ``layout``."""
         import torch
