@@ -25,7 +25,7 @@ from __future__ import annotations
 from qcompile._tvm import T
 from qcompile.kernels.mixed.spec import MixedSpec
 from qcompile.kernels.uniform.compute import field_expr, field_scale_expr
-from qcompile.kernels.uniform.compute_cuda import magic_bits_from
+from qcompile.kernels.uniform.compute_cuda import magic_bits_from, magic_float
 
 
 def field_scale_cuda(k, bits: int):
@@ -55,7 +55,7 @@ def field_expr_cuda(codes, k, n, bits: int, magic_source):
     field = T.bitwise_and(halfword, T.shift_left(T.uint32((1 << bits) - 1),
                                                  T.Cast("uint32", (j % half) * bits)))
     magic = magic_bits_from(T.Cast("float32", magic_source))
-    return T.reinterpret("float32", T.bitwise_or(field, magic)) - T.float32(1 << 23)
+    return magic_float(field, magic) - T.float32(1 << 23)
 
 
 def field_expr_cpu(codes, k, n, bits: int, magic_source):

@@ -106,12 +106,9 @@ def code_bits_in_place(qweight, k, n, bits: int):
     return T.bitwise_and(part, mask)
 
 
-def magic_float(bits_expr, magic_bits=None):
-    """float32 ``2**23 + v`` for a uint32 expression ``v < 2**23`` (one OR, no conversion).
-
-    ``magic_bits``: an expression equal to :data:`MAGIC_BITS` (default: the constant itself).
-    """
-    magic_bits = T.uint32(MAGIC_BITS) if magic_bits is None else magic_bits
+def magic_float(bits_expr, magic_bits):
+    """float32 ``2**23 + v`` for a uint32 expression ``v < 2**23`` (one OR, no conversion);
+    ``magic_bits`` is an expression equal to :data:`MAGIC_BITS` (:func:`magic_bits_from`)."""
     return T.reinterpret("float32", T.bitwise_or(bits_expr, magic_bits))
 
 
