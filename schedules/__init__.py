@@ -19,13 +19,14 @@ from schedules.cpu import uniform_int8 as cpu_uniform_int8
 from schedules.cuda import bcq as cuda_bcq
 from schedules.cuda import mixed as cuda_mixed
 from schedules.cuda import uniform as cuda_uniform
+from schedules.cuda import uniform_int8 as cuda_uniform_int8
 
 DesignSpace = Callable  # (Schedule, spec, hardware) -> list[Schedule]
 
 
 def _by_activations(float32, int8) -> DesignSpace:
-    """A CPU space function that runs ``int8`` for int8-activation specs (another compute)
-    and ``float32`` for the others."""
+    """A space function that runs ``int8`` for int8-activation specs (another compute) and
+    ``float32`` for the others."""
 
     def space(sch, spec, hw):
         return (int8 if spec.int8_activations else float32)(sch, spec, hw)
@@ -43,7 +44,8 @@ _cpu_mixed_heuristic = _by_activations(cpu_mixed.heuristic_schedule,
 
 _SPACES: dict[tuple[str, str], DesignSpace] = {
     ("uniform", "cpu"): _cpu_uniform_space,
-    ("uniform", "cuda"): cuda_uniform.design_space,
+    ("uniform", "cuda"): _by_activations(cuda_uniform.design_space,
+                                         cuda_uniform_int8.design_space),
     ("bcq", "cpu"): cpu_bcq.design_space,
     ("bcq", "cuda"): cuda_bcq.design_space,
     ("mixed", "cpu"): _cpu_mixed_space,
@@ -58,7 +60,8 @@ _DATA_DEPENDENT_LOOPS = {"mixed"}
 #: (GPU spaces: too many threads, too much shared memory). Others use the first sketch, seeded.
 _UNTUNED: dict[tuple[str, str], Callable] = {
     ("uniform", "cpu"): _cpu_uniform_heuristic,
-    ("uniform", "cuda"): cuda_uniform.heuristic_schedule,
+    ("uniform", "cuda"): _by_activations(cuda_uniform.heuristic_schedule,
+                                         cuda_uniform_int8.heuristic_schedule),
     ("bcq", "cuda"): cuda_bcq.heuristic_schedule,
     ("mixed", "cuda"): cuda_mixed.heuristic_schedule,
     ("mixed", "cpu"): _cpu_mixed_heuristic,

@@ -11,6 +11,9 @@ the L2 three times, medians of interleaved rounds).
     python tools/sweep_cuda.py --json sweep.json
     python tools/sweep_cuda.py --shapes 8192x28672 --batches 1 --variants variants.json
 
+``--activations int8`` sweeps the int8-activation kernels (schedules/cuda/uniform_int8.py)
+instead, checked against the product of the int8-rounded x.
+
 ``--variants`` takes a JSON list of ``{"sketch": ..., "knobs": {...}}``, each with an optional
 ``"m"`` (then only for that M; else for every shape and M where the knobs are candidates);
 without it the built-in list below is used.
@@ -62,13 +65,35 @@ def builtin_variants(m: int) -> list[dict]:
     return out
 
 
+def int8_variants(m: int) -> list[dict]:
+    """Hand-picked points of the int8 space (schedules/cuda/uniform_int8.py) for a given M."""
+    def knobs(k_lanes, n_lanes, load_words, m_lanes=1, n_vecs=1, unroll=64):
+        return dict(k_lanes=k_lanes, n_lanes=n_lanes, n_vecs=n_vecs, m_lanes=m_lanes,
+                    load_words=load_words, unroll=unroll)
+
+    m_lanes = max(1, m // 4)
+    out = []
+    for stage in ("x_block", "x_registers", "x_chunk"):
+        out += [{"sketch": stage, "knobs": knobs(k, n, lw, m_lanes)}
+                for n, k in ((8, 32), (16, 16), (32, 8)) for lw in (2, 4, 8)]
+    out += [{"sketch": "x_block", "knobs": knobs(16, 8, 4, m_lanes, n_vecs=2)},
+            {"sketch": "x_block", "knobs": knobs(32, 8, 4, m_lanes, unroll=512)}]
+    return out
+
+
+def _space(spec):
+    """The design-space module of ``spec``: the float or the int8-activation one."""
+    from schedules.cuda import uniform, uniform_int8
+
+    return uniform_int8 if spec.int8_activations else uniform
+
+
 def _build(job: dict) -> dict:
     """Build one variant (in a worker process): the .so path, or the error."""
     import targets
     from qcompile import _tvm
     from qcompile.build import export
     from qcompile.kernels import UniformSpec, family_of
-    from schedules.cuda import uniform
 
     started = time.monotonic()
     try:
@@ -77,6 +102,7 @@ def _build(job: dict) -> dict:
         hw = preset.hardware()
         target = _tvm.Target(preset.tvm_target(hw))
         mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, "cuda"))
+        uniform = _space(spec)
         if job["sketch"] == "heuristic":
             sch = uniform.heuristic_schedule(_tvm.Schedule(mod), spec, hw)
         else:
@@ -87,27 +113,29 @@ def _build(job: dict) -> dict:
         return {**job, "error": f"{type(error).__name__}: {str(error)[-300:]}"}
 
 
-def jobs_for(shapes, batches, variants, root: Path) -> list[dict]:
+def jobs_for(shapes, batches, variants, root: Path, int8: bool = False) -> list[dict]:
     """Every (shape, M, variant) whose knobs are candidates there, the heuristic first."""
     from qcompile.kernels import UniformSpec
-    from schedules.cuda import uniform
 
     jobs = []
+    builtin = int8_variants if int8 else builtin_variants
     for k, n in shapes:
         for m in batches:
-            spec = UniformSpec(k=k, n=n, m=m)
+            spec = UniformSpec(k=k, n=n, m=m, int8_activations=int8)
+            uniform = _space(spec)
             cands = uniform.knob_candidates(spec)
             name, knobs = uniform.heuristic_knobs(spec, _hw())
             chosen = [{"sketch": "heuristic", "knobs": {"sketch": name, "knobs": knobs}}]
             sketches = uniform.sketches_for(spec, _hw())
-            for v in variants if variants is not None else builtin_variants(m):
+            for v in variants if variants is not None else builtin(m):
                 if v.get("m", m) != m:
                     continue
                 if v["sketch"] in sketches and all(
                         value in cands[name] for name, value in v["knobs"].items()):
                     chosen.append(v)
             for i, v in enumerate(chosen):
-                jobs.append({"spec": {"k": k, "n": n, "m": m}, "sketch": v["sketch"],
+                jobs.append({"spec": {"k": k, "n": n, "m": m, "int8_activations": int8},
+                             "sketch": v["sketch"],
                              "knobs": v["knobs"], "dir": str(root / f"k{k}n{n}m{m}v{i}")})
     return jobs
 
@@ -126,6 +154,7 @@ def time_all(built: list[dict], rounds: int) -> list[dict]:
 
     import qcompile
     from qcompile.kernels import UniformSpec, family_of
+    from qcompile.kernels.uniform.compute_int8 import quantized_activations
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rng = np.random.default_rng(0)
@@ -133,13 +162,16 @@ def time_all(built: list[dict], rounds: int) -> list[dict]:
     by_spec: dict[tuple, list[dict]] = {}
     for job in built:
         by_spec.setdefault(tuple(job["spec"].values()), []).append(job)
-    for (k, n, m), jobs in by_spec.items():
-        spec = UniformSpec(k=k, n=n, m=m)
+    for (k, n, m, int8), jobs in by_spec.items():
+        spec = UniformSpec(k=k, n=n, m=m, int8_activations=int8)
         family = family_of(spec)
         layer = random_layer(spec, rng)
         weight = torch.from_numpy(layer.dequantize()).cuda()
         x = torch.randn(m, k, device="cuda")
-        reference = (x.double() @ weight.double()).float()
+        x_used = x
+        if int8:  # what the kernel multiplies: x rounded to int8 per row and group
+            x_used = torch.from_numpy(quantized_activations(x.cpu().numpy(), 128)).cuda()
+        reference = (x_used.double() @ weight.double()).float()
         scale = reference.abs().max().item()
         prepared = None
         impls = []
@@ -171,10 +203,11 @@ def time_all(built: list[dict], rounds: int) -> list[dict]:
             r = timed.result()
             results.append({**job, "us": r["median_us"], "tbps": r["tbps"],
                             "max_rel_error": error})
-        best = min((r for r in results if r.get("spec") == {"k": k, "n": n, "m": m}
-                    and "us" in r), key=lambda r: r["us"], default=None)
+        key = {"k": k, "n": n, "m": m, "int8_activations": int8}
+        best = min((r for r in results if r.get("spec") == key and "us" in r),
+                   key=lambda r: r["us"], default=None)
         for r in results:
-            if r.get("spec") == {"k": k, "n": n, "m": m} and "us" in r:
+            if r.get("spec") == key and "us" in r:
                 mark = "*" if r is best else " "
                 print(f"{mark} {k}x{n} M={m:<2d} {r['us']:8.1f} us {r['tbps']:5.2f} TB/s "
                       f"err {r['max_rel_error']:.0e} {r['sketch']} {r['knobs']}", flush=True)
@@ -189,6 +222,7 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", default=BATCHES)
     parser.add_argument("--variants", help="JSON file: a list of {sketch, knobs}")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--activations", choices=("float32", "int8"), default="float32")
     parser.add_argument("--workers", type=int, default=os.cpu_count())
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
@@ -199,7 +233,7 @@ def main(argv=None) -> int:
     variants = json.loads(Path(args.variants).read_text()) if args.variants else None
     root = Path(tempfile.mkdtemp(prefix="qcompile-sweep-"))
     started = time.monotonic()
-    jobs = jobs_for(shapes, batches, variants, root)
+    jobs = jobs_for(shapes, batches, variants, root, args.activations == "int8")
     import multiprocessing
 
     with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:

@@ -75,6 +75,12 @@ struct nv_bfloat16 {
     uint32_t u = (uint32_t)bits << 16; float f; std::memcpy(&f, &u, 4); return f;
   }
 };
+inline int __dp4a(int a, int b, int c) {  // sum of the signed byte products, plus c
+  for (int j = 0; j < 4; ++j)
+    c += (int)(signed char)(a >> (8 * j)) * (int)(signed char)(b >> (8 * j));
+  return c;
+}
+inline float __fdiv_rn(float a, float b) { return a / b; }  // IEEE division, as on the GPU
 inline float __half2float(half h) { return (float)h; }
 inline half __float2half(float f) { return half(f); }
 inline float __bfloat162float(nv_bfloat16 h) { return (float)h; }

@@ -115,12 +115,6 @@ def test_spec_rules_name_the_numbers():
     assert UniformSpec.from_dict(int8.to_dict()) == int8
 
 
-def test_cuda_refuses_int8_activations():
-    spec = UniformSpec(k=256, n=64, int8_activations=True)
-    with pytest.raises(SpecError, match="CPU kernel"):
-        FAMILY.compute_for(spec, "cuda")
-
-
 def test_tune_build_and_run_from_the_database(avx2, tmp_path):
     """The design space through MetaSchedule: records replay (tensorize included) in a build."""
     spec = UniformSpec(k=K, n=128, bits=2, group_size=128, int8_activations=True)

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from qcompile.errors import FormatError, SpecError
+from qcompile.errors import FormatError
 from qcompile.formats.gptq import GptqTensors, quantize_rtn
 from qcompile.kernels.base import KernelFamily, PreparedWeights
 from qcompile.kernels.uniform import layout as weight_layout
@@ -33,10 +33,10 @@ class UniformFamily(KernelFamily):
                            help="uniform: gather x by act_order's permutation inside the kernel "
                                 "(True/False, default False)")
         group.add_argument("--int8-activations", action="store_true",
-                           help="uniform and mixed, CPU: quantize x to int8 per group and take "
-                                "integer dot products (AVX2 vpmaddubsw): 2/3/4-bit at the "
-                                "memory bandwidth, about 1e-2 relative error (mixed: the "
-                                "outliers still use float x)")
+                           help="uniform and mixed: quantize x to int8 per group and take "
+                                "integer dot products (AVX2 vpmaddubsw; CUDA dp4a, uniform "
+                                "only): 2/3/4-bit at the memory bandwidth, about 1e-2 relative "
+                                "error (mixed: the outliers still use float x)")
 
     def spec_from_cli(self, args, *, k: int, n: int) -> UniformSpec:
         return UniformSpec(k=k, n=n, bits=args.bits, group_size=args.group_size, m=args.batch,
@@ -56,11 +56,13 @@ class UniformFamily(KernelFamily):
 
     def compute_for(self, spec: UniformSpec, target_kind: str):
         """compute.py's QIGen form on CPUs; compute_cuda.py's on GPUs (no int->float converts,
-        no group sums: see that module for why)."""
+        no group sums: see that module for why), compute_cuda_int8.py's (dp4a) for int8
+        activations."""
         if target_kind == "cuda":
             if spec.int8_activations:
-                raise SpecError("int8 activations are a CPU kernel (AVX2 vpmaddubsw); CUDA "
-                                "kernels take float activations: drop --int8-activations")
+                from qcompile.kernels.uniform.compute_cuda_int8 import uniform_compute_cuda_int8
+
+                return uniform_compute_cuda_int8(spec)
             from qcompile.kernels.uniform.compute_cuda import uniform_compute_cuda
 
             return uniform_compute_cuda(spec)

@@ -28,6 +28,9 @@ from qcompile.errors import ArgumentError, SpecError
 
 #: The layout name in manifests and ``PreparedWeights.extras["layout"]``.
 N_TILED = "n_tiled"
+#: The CUDA int8 kernel's codes: the byte planes (compute_int8.byte_planes, uint8 [U, P, N, 4])
+#: read as int32 words [U, P, N], 4 codes per byte lane for ``dp4a`` (compute_cuda_int8.py).
+PLANE_WORDS = "plane_words"
 
 #: Operands the layout rewrites, with the block that reads each.
 _OPERANDS = (("qweight", "group_dot"), ("scales", "combine"), ("zeros", "combine"))
@@ -36,6 +39,11 @@ _OPERANDS = (("qweight", "group_dot"), ("scales", "combine"), ("zeros", "combine
 def n_tiled(tile_n: int) -> dict:
     """The layout descriptor ``{"kind": "n_tiled", "tile_n": T}``."""
     return {"kind": N_TILED, "tile_n": int(tile_n)}
+
+
+def plane_words() -> dict:
+    """The layout descriptor ``{"kind": "plane_words"}`` (:data:`PLANE_WORDS`)."""
+    return {"kind": PLANE_WORDS}
 
 
 def apply(sch, n: int, tile_n: int) -> None:
@@ -78,6 +86,10 @@ def has_block(sch, name: str) -> bool:
 
 def layout_of(func) -> dict | None:
     """The layout a scheduled PrimFunc reads its weights in; None for GPTQ's layout."""
+    from qcompile.kernels.uniform.compute_cuda_int8 import COMPUTE_NAME as CUDA_INT8
+
+    if func.attrs is not None and str(func.attrs.get("qcompile.compute", "")) == CUDA_INT8:
+        return plane_words()
     for param in func.params:  # TVM 0.27: a parameter is its buffer (name, shape)
         if param.name == "qweight":
             shape = [int(d) for d in param.shape]
@@ -100,8 +112,10 @@ def pack(tensors: dict, layout: dict | None) -> dict:
     """
     if layout is None:
         return dict(tensors)
+    if layout.get("kind") == PLANE_WORDS:
+        return {**tensors, "qweight": _plane_words(tensors["qweight"])}
     if layout.get("kind") != N_TILED:
-        raise SpecError(f"unknown weight layout {layout!r}; known: {N_TILED}")
+        raise SpecError(f"unknown weight layout {layout!r}; known: {N_TILED}, {PLANE_WORDS}")
     tile = int(layout["tile_n"])
     out = dict(tensors)
     for name, _ in _OPERANDS:
@@ -119,6 +133,17 @@ def pack(tensors: dict, layout: dict | None) -> dict:
     return out
 
 
+def _plane_words(planes):
+    """uint8 byte planes [U, P, N, 4] -> int32 [U, P, N] (the same bytes, little-endian)."""
+    import torch
+
+    if planes.dtype != torch.uint8 or planes.dim() != 4 or planes.shape[-1] != 4:
+        raise SpecError(f"layout {PLANE_WORDS} packs the int8 kernel's byte planes, uint8 "
+                        f"[U, P, N, 4]; got {str(planes.dtype).removeprefix('torch.')} "
+                        f"{list(planes.shape)}")
+    return planes.contiguous().view(torch.int32).squeeze(-1).contiguous()
+
+
 def check_match(prepared_layout: dict | None, kernel_layout: dict | None, kernel_name: str):
     """Raise ArgumentError when weights were packed for another layout than the kernel reads."""
     if prepared_layout != kernel_layout:
@@ -130,4 +155,6 @@ def check_match(prepared_layout: dict | None, kernel_layout: dict | None, kernel
 def describe(layout: dict | None) -> str:
     if layout is None:
         return "gptq [K*b/32, N]"
+    if layout.get("kind") == PLANE_WORDS:
+        return f"{PLANE_WORDS} (byte planes as int32 words [U, P, N])"
     return f"{layout['kind']} (tiles of {layout['tile_n']} columns)"

@@ -38,11 +38,12 @@ class UniformSpec(GroupsAlongK, KernelSpec):
         argsort(g_idx)`` at prepare time). False for sequential weights, and for act_order
         weights whose gather runs as a separate step (what ``prepare`` does by default).
     int8_activations : bool
-        CPU only: quantize x per row and group to int8 inside the kernel and take integer dot
-        products with the codes (AVX2 ``vpmaddubsw``; compute_int8.py). Fewer instructions per
-        code, so 2- and 3-bit weights run at the memory bandwidth, at the price of rounding x
-        to 8 bits (about 1e-2 relative error instead of 1e-6). 2-, 3- and 4-bit weights,
-        float32 activations, no fused act_order gather.
+        Quantize x per row and group to int8 inside the kernel and take integer dot products
+        with the codes: AVX2 ``vpmaddubsw`` on CPUs (compute_int8.py), ``dp4a`` on CUDA GPUs
+        (compute_cuda_int8.py; at least 8 groups along K). Fewer instructions per code, so the
+        kernels run at the memory bandwidth, at the price of rounding x to 8 bits (about 1e-2
+        relative error instead of 1e-6). 2-, 3- and 4-bit weights, float32 activations, no
+        fused act_order gather.
     """
 
     family: ClassVar[str] = "uniform"
