@@ -4,11 +4,13 @@
     python tools/cuda_prebuilt.py check DIR     # on the GPU machine: load each, compare
 
 ``build`` exports the uniform family's CUDA kernels for every bit width, a few group sizes and
-M = 1, 4, 16 (the best record of ``--db`` when it has one, else the untuned heuristic schedule),
-each as ``<name>.so`` with its manifest, CUDA source and scheduled TensorIR. ``check`` loads every
-``.so`` in DIR through ``qcompile.load`` (the GPU machine JIT-compiles the embedded CUDA C for its
-own GPU), runs it on random GPTQ weights and activations as torch CUDA tensors, and compares with
-the float64 reference; it prints a line per kernel and exits 1 if any fails.
+M = 1, 4, 16, with float and int8 activations (the best record of ``--db`` when it has one,
+else the untuned heuristic schedule), each as ``<name>.so`` with its manifest, CUDA source and
+scheduled TensorIR. ``check`` loads every ``.so`` in DIR through ``qcompile.load`` (the GPU
+machine JIT-compiles the embedded CUDA C for its own GPU), runs it on random GPTQ weights and
+activations as torch CUDA tensors, and compares with the float64 reference (for int8-activation
+kernels, the product of the int8-rounded x they multiply); it prints a line per kernel and exits
+1 if any fails.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ import numpy as np
 import targets
 from qcompile.kernels import UniformSpec
 
-#: (K, N, bits, group size, M): every bit width, both layouts, every M; few, since loading each
-#: JIT-compiles it (1-2 s) on the GPU machine.
-KERNELS = [(4096, 4096, 4, 128, 1), (4096, 4096, 4, 128, 4), (4096, 4096, 4, 128, 16),
-           (1024, 768, 2, 64, 4), (1024, 768, 3, 128, 16), (1024, 768, 8, 32, 1),
-           (2048, 512, 4, -1, 4)]
+#: (K, N, bits, group size, M, int8 activations): every bit width, both layouts, every M, the
+#: int8 kernels' sketches; few, since loading each JIT-compiles it (1-2 s) on the GPU machine.
+KERNELS = [(4096, 4096, 4, 128, 1, False), (4096, 4096, 4, 128, 4, False),
+           (4096, 4096, 4, 128, 16, False), (1024, 768, 2, 64, 4, False),
+           (1024, 768, 3, 128, 16, False), (1024, 768, 8, 32, 1, False),
+           (2048, 512, 4, -1, 4, False),
+           (8192, 28672, 4, 128, 1, True), (4096, 4096, 4, 128, 1, True),
+           (4096, 4096, 4, 128, 16, True), (1024, 768, 3, 64, 4, True)]
 
 
 def build_all(out: Path, db: str | None, target: str) -> int:
@@ -37,8 +42,9 @@ def build_all(out: Path, db: str | None, target: str) -> int:
 
     preset = targets.get(target)
     storage = Storage(db) if db else None
-    for k, n, bits, group_size, m in KERNELS:
-        spec = UniformSpec(k=k, n=n, bits=bits, group_size=group_size, m=m)
+    for k, n, bits, group_size, m, int8 in KERNELS:
+        spec = UniformSpec(k=k, n=n, bits=bits, group_size=group_size, m=m,
+                           int8_activations=int8)
         started = time.monotonic()
         source = "untuned"
         try:
@@ -57,6 +63,7 @@ def check_all(directory: Path) -> int:
 
     import qcompile
     from qcompile.kernels import family_of
+    from qcompile.kernels.uniform.compute_int8 import quantized_activations
 
     failures = 0
     libraries = sorted(directory.glob("*.so"))
@@ -75,7 +82,10 @@ def check_all(directory: Path) -> int:
             x = torch.randn(spec.m, spec.k, device="cuda").to(getattr(torch, spec.dtype))
             y = kernel(x, weights)
             torch.cuda.synchronize()
-            reference = family.reference(spec, x.float().cpu().numpy(), **tensors)
+            x_used = x.float().cpu().numpy()
+            if spec.int8_activations:  # what the kernel multiplies: x rounded to int8
+                x_used = quantized_activations(x_used, spec.group_size)
+            reference = family.reference(spec, x_used, **tensors)
             got = y.float().cpu().numpy()
             error = float(np.abs(got - reference).max() / np.abs(reference).max())
             ok = bool(np.isfinite(got).all()) and error < 1e-4
