@@ -162,5 +162,14 @@ def spec_cli_args(spec: KernelSpec) -> str:
         args.append(f"--shape {data.pop('k')}x{data.pop('n')}")
     renames = {"group_size": "group-size", "m": "batch", "q": "bits"}
     for key, value in data.items():
-        args.append(f"--{renames.get(key, key).replace('_', '-')} {value}")
+        flag = f"--{renames.get(key, key).replace('_', '-')}"
+        if key in _SWITCHES:
+            if value:
+                args.append(flag)
+            continue
+        args.append(f"{flag} {value}")
     return " ".join(args)
+
+
+#: Spec fields whose flag takes no value (``store_true``): named when True, left out otherwise.
+_SWITCHES = {"int8_activations"}

@@ -103,3 +103,20 @@ def test_readme_test_command_is_what_ci_runs():
     readme = (root / "README.md").read_text()
     ci = (root / ".ci" / "run").read_text()
     assert "python -m pytest" in readme and "python -m pytest" in ci
+
+
+def test_the_suggested_tune_command_names_the_same_spec():
+    """Messages that say "run: qcompile tune ..." give flags the parser takes back to the spec."""
+    import shlex
+
+    from qcompile.build import spec_cli_args
+    from qcompile.cli import build_parser, spec_from_args
+    from qcompile.kernels import BcqSpec, MixedSpec, UniformSpec
+
+    for spec in (UniformSpec(k=4096, n=4096, int8_activations=True),
+                 UniformSpec(k=4096, n=4096, bits=3, group_size=-1, m=4, act_order=True),
+                 MixedSpec(k=2048, n=2048, int8_activations=True),
+                 BcqSpec(k=1024, n=512, q=3, mu=8)):
+        flags = shlex.split(spec_cli_args(spec))
+        args = build_parser().parse_args(["tune", "--target", "avx2", *flags])
+        assert spec_from_args(args) == spec, flags
