@@ -1,7 +1,8 @@
 """CUDA design space of the uniform family with int8 activations, over compute_cuda_int8.py
-(blocks ``x_amax``, ``x_pack``, ``x_qsum``, ``x_step``, ``group_dot``, ``combine``).
+(blocks ``x_amax``, ``x_inverse``, ``x_pack``, ``x_qsum``, ``x_step``, ``group_dot``,
+``combine``).
 
-Two kernels per call:
+Two kernels per call (one in the ``x_quant_block`` sketch):
 
 1. **Quantize x** (:func:`quantize_x`): one thread block per row and group of x; its threads
    find the group's max |x| (a shuffle reduction), pack x into int8 words in storage order and
@@ -17,7 +18,9 @@ Knobs are those of the float space (same candidates and meaning; ``load_words`` 
 K: a word at 2 and 4 bits, a 3-word block at 3 bits). Sketches say where the int8 words of x
 live: ``x_block`` (all of x in shared memory, one copy per block: M*K bytes), ``x_chunk`` (the
 groups of one step of the group loop in shared memory), ``x_registers`` (each thread loads the
-words of its ``load_words`` units, 128 bits at a time, the same for the whole warp).
+words of its ``load_words`` units, 128 bits at a time, the same for the whole warp), and
+``x_quant_block`` (no first kernel: every block quantizes all of x into its shared memory;
+M*K <= :data:`IN_BLOCK_MAX_FLOATS`).
 
 Group lanes need G >= 8 (group_size 32..128 at the usual K); a spec with fewer groups
 (group_size = -1) is refused with the rule.
@@ -57,7 +60,7 @@ from targets.hardware import GpuHardware
 _KNOBS = ("k_lanes", "n_lanes", "n_vecs", "m_lanes", "load_words", "unroll")
 #: Threads of the quantize-x kernel per (row, group) block, at most.
 QUANTIZE_THREADS = 128
-#: Bytes of x words per 128-bit load.
+#: int32 words of x per 128-bit load.
 _X_VEC = 4
 
 
@@ -143,8 +146,8 @@ def _stage_x_shared(sch: Schedule, block, loop, lanes: WarpLanes) -> None:
 
 def sketch(sch: Schedule, spec: UniformSpec, hw: GpuHardware, x_stage: str,
            fixed: dict | None = None, prior: dict | None = None) -> Schedule:
-    """One sketch (x words per ``x_stage``: ``x_block``, ``x_chunk``, ``x_registers``); knobs
-    sampled (``prior``: favoured values), or pinned by ``fixed``."""
+    """One sketch (x words per ``x_stage``, a name of :data:`X_STAGES`); knobs sampled
+    (``prior``: favoured values), or pinned by ``fixed``."""
     check_spec(spec)
     if x_stage not in X_STAGES:
         raise ValueError(f"unknown x staging {x_stage!r}; known: {', '.join(X_STAGES)}")
