@@ -17,6 +17,11 @@ design space applies it with ``transform_layout`` on the function's parameters: 
 part of the schedule's trace, hence of the tuning record, and :func:`layout_of` reads it back from
 a scheduled function (the build writes it into the manifest; ``Kernel.prepare`` packs for it).
 
+``plane_words`` is the CUDA int8 kernel's (compute_cuda_int8.py): the CPU int8 kernel's byte
+planes, uint8 [U, P, N, 4], read as int32 words [U, P, N] (the same bytes), so one register holds
+the 4 bytes a ``dp4a`` takes. Its compute, not its schedule, fixes it; :func:`layout_of` knows it
+by the function's compute name.
+
 Z-order (the paper's option for blocks of K x N) is not used: with one pass over the weights per
 GEMV and whole-K column tiles, tiles are already read in address order; a Z curve would only
 interleave K blocks of neighbouring tiles.
