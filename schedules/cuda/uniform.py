@@ -144,11 +144,12 @@ def _sample(sch: Schedule, spec: UniformSpec, fixed: dict | None,
     return lanes, rv
 
 
-def _stream_words(sch: Schedule, block, loops, lanes: WarpLanes, rv: dict) -> None:
+def stream_words(sch: Schedule, block, loops, lanes: WarpLanes, rv: dict) -> None:
     """One lane's words loop: inside it the load batch, fields, columns and rows, unrolled;
     the packed words come in with 128-bit loads, ``load_words`` rows at a time.
 
-    ``loops`` are the block's (words, batch, fields, columns, rows) loops.
+    ``loops`` are the block's (words, batch, fields, columns, rows) loops (the int8 space's
+    dp4a steps are its fields).
     """
     words, batch, fields, cols, m_loop = loops
     nv, ne = sch.split(cols, factors=[lanes.n_vecs, lanes.vec])
@@ -177,7 +178,7 @@ def _group_lanes(sch: Schedule, spec: UniformSpec, lanes: WarpLanes, rv: dict,
     sch.reorder(d_g, d_m)                # the group (one iteration here) outside the rows
     words, batch, fields = sch.split(d_r, factors=[None, rv["load_words"],
                                                    fields_per_word(spec.bits)])
-    _stream_words(sch, dot, (words, batch, fields, d_n, d_m), lanes, rv)
+    stream_words(sch, dot, (words, batch, fields, d_n, d_m), lanes, rv)
     load_to_registers(sch, dot, "zeros", layout.group_loop, lanes.vec)
     load_to_registers(sch, layout.partial, "scales", layout.group_loop, lanes.vec)
     sch.decompose_reduction(dot, words)
@@ -222,7 +223,7 @@ def _word_lanes(sch: Schedule, spec: UniformSpec, lanes: WarpLanes, rv: dict):
     p_lane, p_m, p_g, p_n, p_steps, p_batch, p_fields = sch.get_loops(partial_dot)[-7:]
     sch.reorder(p_lane, p_g, p_steps, p_batch, p_fields, p_n, p_m)
     sch.bind(p_lane, "threadIdx.x")
-    _stream_words(sch, partial_dot, (p_steps, p_batch, p_fields, p_n, p_m), lanes, rv)
+    stream_words(sch, partial_dot, (p_steps, p_batch, p_fields, p_n, p_m), lanes, rv)
     load_to_registers(sch, partial_dot, "zeros", g, lanes.vec)
     load_to_registers(sch, combine, "scales", g, lanes.vec)
     sch.decompose_reduction(partial_dot, p_steps)

@@ -40,7 +40,6 @@ from schedules.cuda.common import (
     WarpLanes,
     load_to_registers,
     read_index,
-    unroll,
     warp_gemv,
 )
 from schedules.cuda.uniform import (
@@ -51,6 +50,7 @@ from schedules.cuda.uniform import (
     N_VECS,
     UNROLL,
     WORD_LANES_BELOW_GROUPS,
+    stream_words,
     vector_width,
 )
 from schedules.knobs import choose
@@ -163,12 +163,7 @@ def sketch(sch: Schedule, spec: UniformSpec, hw: GpuHardware, x_stage: str,
     sch.reorder(d_g, d_m)
     words, batch, steps = sch.split(d_r, factors=[None, rv["load_words"],
                                                   steps_per_unit(spec.bits)])
-    nv, ne = sch.split(d_n, factors=[lanes.n_vecs, lanes.vec])
-    sch.reorder(words, batch, steps, nv, ne, d_m)
-    unroll(sch, batch, steps, nv, ne, d_m)
-    load_to_registers(sch, dot, "qweight", words, lanes.vec)
-    sch.annotate(words, "pragma_auto_unroll_max_step", rv["unroll"])
-    sch.annotate(words, "pragma_unroll_explicit", 1)
+    stream_words(sch, dot, (words, batch, steps, d_n, d_m), lanes, rv)
     for name in ("scales", "zeros"):
         load_to_registers(sch, layout.partial, name, layout.group_loop, lanes.vec)
     if x_stage == "x_registers":
