@@ -170,7 +170,8 @@ def time_all(built: list[dict], rounds: int) -> list[dict]:
         x = torch.randn(m, k, device="cuda")
         x_used = x
         if int8:  # what the kernel multiplies: x rounded to int8 per row and group
-            x_used = torch.from_numpy(quantized_activations(x.cpu().numpy(), 128)).cuda()
+            rounded = quantized_activations(x.cpu().numpy(), spec.group_size)
+            x_used = torch.from_numpy(rounded).cuda()
         reference = (x_used.double() @ weight.double()).float()
         scale = reference.abs().max().item()
         prepared = None

@@ -40,6 +40,7 @@ from schedules.cuda.common import (
     WarpLanes,
     load_to_registers,
     read_index,
+    stage_in_shared,
     warp_gemv,
 )
 from schedules.cuda.uniform import (
@@ -135,13 +136,9 @@ def _stage_x_shared(sch: Schedule, block, loop, lanes: WarpLanes) -> None:
     """Copy the x words ``block`` reads under ``loop`` into shared memory, every thread of the
     block taking a share (128-bit copies)."""
     cache = sch.cache_read(block, read_index(sch, block, "xq_words"), "shared")
-    sch.compute_at(cache, loop, preserve_unit_loops=True)
-    fused = sch.fuse(*loops_below(sch, cache, loop))
-    z, y, x, v = sch.split(fused, factors=[None, lanes.m_lanes, lanes.k_lanes, lanes.n_lanes,
-                                           _X_VEC])[1:]
-    for part, tag in ((z, "threadIdx.z"), (y, "threadIdx.y"), (x, "threadIdx.x")):
-        sch.bind(part, tag)
-    sch.vectorize(v)
+    threads = [("threadIdx.z", lanes.m_lanes), ("threadIdx.y", lanes.k_lanes),
+               ("threadIdx.x", lanes.n_lanes)]
+    stage_in_shared(sch, cache, loop, threads, _X_VEC)
 
 
 def sketch(sch: Schedule, spec: UniformSpec, hw: GpuHardware, x_stage: str,

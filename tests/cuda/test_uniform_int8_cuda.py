@@ -13,6 +13,7 @@ import targets
 from qcompile import _tvm
 from qcompile.build import build, build_untuned
 from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels.uniform import layout
 from qcompile.kernels.uniform.compute_int8 import quantized_activations
 from qcompile.testing.kernels import relative_error
 from qcompile.tune import tune
@@ -51,10 +52,9 @@ def test_untuned_kernels_are_correct(tmp_path, bits, group_size, m):
     {"k_lanes": 8, "n_lanes": 32, "n_vecs": 1, "m_lanes": 1, "load_words": 4, "unroll": 64},
     {"k_lanes": 4, "n_lanes": 8, "n_vecs": 2, "m_lanes": 2, "load_words": 1, "unroll": 0},
 ], ids=["k8-n32-lw4", "k4-n8-nv2-ml2"])
-def test_every_sketch_matches_reference(tmp_path, x_stage, knobs):
+def test_every_sketch_matches_reference(x_stage, knobs):
     spec = UniformSpec(k=2048, n=1024, bits=4, group_size=128, m=2, int8_activations=True)
     hw = PRESET.hardware()
-    kernel = qcompile.load(build_untuned(spec, PRESET, tmp_path).so_path)  # for prepare
     mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
     sch = uniform_int8.sketch(_tvm.Schedule(mod), spec, hw, x_stage, knobs)
     function = _tvm.tvm.compile(sch.mod, target=_tvm.Target(PRESET.tvm_target(hw)))[spec.name()]
@@ -64,7 +64,10 @@ def test_every_sketch_matches_reference(tmp_path, x_stage, knobs):
         function(x, *weights.tensors, y)
         return y
 
-    check(spec, run, kernel.prepare, seed=7)
+    def prepare(**tensors):
+        return FAMILY.prepare(spec, device="cuda", layout=layout.plane_words(), **tensors)
+
+    check(spec, run, prepare, seed=7)
 
 
 def test_large_layer_is_correct(tmp_path):
