@@ -169,26 +169,16 @@ def grid_variants(k: int, n: int, q: int, group_size: int, mus: list[int]) -> li
 
 def _build_variant(job: dict) -> dict:
     """Build one variant (in a worker process): the .so path, or the error."""
-    from qcompile import _tvm
-    from qcompile.build import export
     from schedules.cuda import bcq as cuda_bcq
+    from tools.cuda_variant import build_variant
 
-    started = time.monotonic()
-    try:
-        spec = BcqSpec(**job["spec"])
-        preset = targets.get("cuda")
-        hw = preset.hardware()
-        target = _tvm.Target(preset.tvm_target(hw))
-        mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, "cuda"))
-        sch = cuda_bcq.sketch(_tvm.Schedule(mod), spec, hw, job["knobs"],
-                              stage_words=job["stage_words"],
-                              unroll_groups=job["unroll_groups"],
-                              words_inner=job.get("words_inner", False),
-                              sums_first=job.get("sums_first", False))
-        so, _ = export(spec, preset, target, sch.mod, job["dir"], {"id": None, "sweep": job})
-        return {**job, "so": str(so), "build_s": time.monotonic() - started}
-    except Exception as error:  # noqa: BLE001 - a variant that does not build is a result
-        return {**job, "error": f"{type(error).__name__}: {str(error)[-300:]}"}
+    def schedule(sch, spec, hw):
+        return cuda_bcq.sketch(sch, spec, hw, job["knobs"], stage_words=job["stage_words"],
+                               unroll_groups=job["unroll_groups"],
+                               words_inner=job.get("words_inner", False),
+                               sums_first=job.get("sums_first", False))
+
+    return build_variant(job, lambda: BcqSpec(**job["spec"]), schedule)
 
 
 def label(v: dict) -> str:

@@ -90,27 +90,17 @@ def _space(spec):
 
 def _build(job: dict) -> dict:
     """Build one variant (in a worker process): the .so path, or the error."""
-    import targets
-    from qcompile import _tvm
-    from qcompile.build import export
-    from qcompile.kernels import UniformSpec, family_of
+    from cuda_variant import build_variant
 
-    started = time.monotonic()
-    try:
-        spec = UniformSpec(**job["spec"])
-        preset = targets.get("cuda")
-        hw = preset.hardware()
-        target = _tvm.Target(preset.tvm_target(hw))
-        mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, "cuda"))
-        uniform = _space(spec)
+    from qcompile.kernels import UniformSpec
+
+    def schedule(sch, spec, hw):
+        space = _space(spec)
         if job["sketch"] == "heuristic":
-            sch = uniform.heuristic_schedule(_tvm.Schedule(mod), spec, hw)
-        else:
-            sch = uniform.sketch(_tvm.Schedule(mod), spec, hw, job["sketch"], job["knobs"])
-        so, _ = export(spec, preset, target, sch.mod, job["dir"], {"id": None, "sweep": job})
-        return {**job, "so": str(so), "build_s": time.monotonic() - started}
-    except Exception as error:  # noqa: BLE001 - a variant that does not build is a result
-        return {**job, "error": f"{type(error).__name__}: {str(error)[-300:]}"}
+            return space.heuristic_schedule(sch, spec, hw)
+        return space.sketch(sch, spec, hw, job["sketch"], job["knobs"])
+
+    return build_variant(job, lambda: UniformSpec(**job["spec"]), schedule)
 
 
 def jobs_for(shapes, batches, variants, root: Path, int8: bool = False) -> list[dict]:
