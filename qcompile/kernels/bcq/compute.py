@@ -120,29 +120,13 @@ def lookups_block():
     return lookups
 
 
-def bcq_compute(spec: BcqSpec, gpu: bool = False):
-    """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes);
-    ``gpu`` selects the GPU form of ``lut`` and ``x_sum`` (see the module docstring)."""
-    if gpu:
-        return _bcq_compute_gpu(spec)
-    M, K, N, G, Q = spec.m, spec.k, spec.n, spec.groups, spec.q
-    mu, gsize, cpg = spec.mu, spec.effective_group_size, spec.chunks_per_group
-    C, E, W = spec.chunks, 1 << spec.mu, spec.words
-    attrs = spec.func_attrs()
-    lookups = lookups_block()
+def table_blocks(gpu: bool):
+    """A TIR macro ``(x, table, x_sum, M, G, C, E, mu, gsize, cpg)``: blocks ``lut`` and
+    ``x_sum`` in the CPU form (reductions over x) or, ``gpu``, the GPU form (each table entry
+    one expression; group sums from the tables' last entries): see the module docstring."""
 
-    @T.prim_func(s_tir=True)
-    def bcq_gemm(
-        x: T.Buffer((M, K), "float32"),
-        planes: T.Buffer((Q, W, N), "int32"),
-        alpha: T.Buffer((G, Q, N), "float16"),
-        z: T.Buffer((G, N), "float32"),
-        y: T.Buffer((M, N), "float32"),
-    ):
-        T.func_attr(attrs)
-        table = T.sblock_alloc_buffer((M, C, E), "float32")
-        x_sum = T.sblock_alloc_buffer((M, G), "float32")
-        dot = T.sblock_alloc_buffer((M, G, Q, N), "float32")
+    @T.macro
+    def cpu_tables(x, table, x_sum, M, G, C, E, mu, gsize, cpg):
         for m, c, e, j in T.grid(M, C, E, mu):
             with T.sblock("lut"):
                 vm, vc, ve, vj = T.axis.remap("SSSR", [m, c, e, j])
@@ -155,17 +139,31 @@ def bcq_compute(spec: BcqSpec, gpu: bool = False):
                 with T.init():
                     x_sum[vm, vg] = T.float32(0)
                 x_sum[vm, vg] = x_sum[vm, vg] + x[vm, vg * gsize + vr]
-        lookups(y, dot, table, x_sum, planes, alpha, z, M, N, G, Q, cpg, mu)
 
-    return bcq_gemm
+    @T.macro
+    def gpu_tables(x, table, x_sum, M, G, C, E, mu, gsize, cpg):
+        for m, c, e in T.grid(M, C, E):
+            with T.sblock("lut"):
+                vm, vc, ve = T.axis.remap("SSS", [m, c, e])
+                table[vm, vc, ve] = signed_sum(x, vm, vc, ve, mu)
+        for m, g, r in T.grid(M, G, cpg):
+            with T.sblock("x_sum"):
+                vm, vg, vr = T.axis.remap("SSR", [m, g, r])
+                with T.init():
+                    x_sum[vm, vg] = T.float32(0)
+                x_sum[vm, vg] = x_sum[vm, vg] + table[vm, vg * cpg + vr, E - 1]
+
+    return gpu_tables if gpu else cpu_tables
 
 
-def _bcq_compute_gpu(spec: BcqSpec):
+def bcq_compute(spec: BcqSpec, gpu: bool = False):
+    """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes);
+    ``gpu`` selects the GPU form of ``lut`` and ``x_sum`` (see the module docstring)."""
     M, K, N, G, Q = spec.m, spec.k, spec.n, spec.groups, spec.q
-    mu, cpg = spec.mu, spec.chunks_per_group
+    mu, gsize, cpg = spec.mu, spec.effective_group_size, spec.chunks_per_group
     C, E, W = spec.chunks, 1 << spec.mu, spec.words
     attrs = spec.func_attrs()
-    lookups = lookups_block()
+    tables, lookups = table_blocks(gpu), lookups_block()
 
     @T.prim_func(s_tir=True)
     def bcq_gemm(
@@ -179,16 +177,7 @@ def _bcq_compute_gpu(spec: BcqSpec):
         table = T.sblock_alloc_buffer((M, C, E), "float32")
         x_sum = T.sblock_alloc_buffer((M, G), "float32")
         dot = T.sblock_alloc_buffer((M, G, Q, N), "float32")
-        for m, c, e in T.grid(M, C, E):
-            with T.sblock("lut"):
-                vm, vc, ve = T.axis.remap("SSS", [m, c, e])
-                table[vm, vc, ve] = signed_sum(x, vm, vc, ve, mu)
-        for m, g, r in T.grid(M, G, cpg):
-            with T.sblock("x_sum"):
-                vm, vg, vr = T.axis.remap("SSR", [m, g, r])
-                with T.init():
-                    x_sum[vm, vg] = T.float32(0)
-                x_sum[vm, vg] = x_sum[vm, vg] + table[vm, vg * cpg + vr, E - 1]
+        tables(x, table, x_sum, M, G, C, E, mu, gsize, cpg)
         lookups(y, dot, table, x_sum, planes, alpha, z, M, N, G, Q, cpg, mu)
 
     return bcq_gemm
