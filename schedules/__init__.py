@@ -18,6 +18,7 @@ from schedules.cpu import uniform as cpu_uniform
 from schedules.cpu import uniform_int8 as cpu_uniform_int8
 from schedules.cuda import bcq as cuda_bcq
 from schedules.cuda import mixed as cuda_mixed
+from schedules.cuda import mixed_int8 as cuda_mixed_int8
 from schedules.cuda import uniform as cuda_uniform
 from schedules.cuda import uniform_int8 as cuda_uniform_int8
 
@@ -49,7 +50,7 @@ _SPACES: dict[tuple[str, str], DesignSpace] = {
     ("bcq", "cpu"): cpu_bcq.design_space,
     ("bcq", "cuda"): cuda_bcq.design_space,
     ("mixed", "cpu"): _cpu_mixed_space,
-    ("mixed", "cuda"): cuda_mixed.design_space,
+    ("mixed", "cuda"): _by_activations(cuda_mixed.design_space, cuda_mixed_int8.design_space),
 }
 
 #: Families whose compute has a loop with data-dependent bounds by design (the mixed family's
@@ -63,7 +64,8 @@ _UNTUNED: dict[tuple[str, str], Callable] = {
     ("uniform", "cuda"): _by_activations(cuda_uniform.heuristic_schedule,
                                          cuda_uniform_int8.heuristic_schedule),
     ("bcq", "cuda"): cuda_bcq.heuristic_schedule,
-    ("mixed", "cuda"): cuda_mixed.heuristic_schedule,
+    ("mixed", "cuda"): _by_activations(cuda_mixed.heuristic_schedule,
+                                       cuda_mixed_int8.heuristic_schedule),
     ("mixed", "cpu"): _cpu_mixed_heuristic,
 }
 

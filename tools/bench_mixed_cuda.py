@@ -22,6 +22,11 @@ async.
 The sweep alone (uniform 4-bit, the mixed heuristic and the grid; no tuning, a few minutes):
 
     python tools/bench_mixed_cuda.py --sweep-only --shape 8192x28672 --json $OUT/mixed.json
+
+``--activations float32,int8`` runs every workload and the sweep for each kind of x: ``int8``
+takes the dp4a kernels (x rounded to int8 per row and group: uniform/compute_cuda_int8.py,
+mixed/compute_cuda_int8.py), checked against the float64 product of the rounded x, and its
+bandwidth share compares the int8 kernels with each other (label suffix " x int8").
 """
 
 from __future__ import annotations
@@ -48,21 +53,51 @@ from qcompile.build import build, build_untuned
 from qcompile.cli import parse_shape
 from qcompile.errors import NoRecordError
 from qcompile.kernels import MixedSpec, UniformSpec, get_family
+from qcompile.kernels.mixed import layout as weight_layout
 from schedules.cuda import mixed as cuda_mixed
+from schedules.cuda import mixed_int8 as cuda_mixed_int8
 from tuning_db import Storage
 
 OUTLIER_SHARES = (0.0, 0.002, 0.005, 0.015)
 
 
-def workloads(k: int, n: int, m: int, g4: int) -> dict[str, object]:
+#: Label suffix of the int8-activation workloads.
+INT8 = " x int8"
+
+
+def workloads(k: int, n: int, m: int, g4: int, int8: bool = False) -> dict[str, object]:
+    """{label: spec}: uniform 4- and 2-bit g128, mixed at every outlier share; ``int8``: the
+    int8-activation kernels, labels ending in :data:`INT8`."""
+    suffix = INT8 if int8 else ""
     specs: dict[str, object] = {
-        "uniform 4-bit g128": UniformSpec(k=k, n=n, m=m, bits=4, group_size=128),
-        "uniform 2-bit g128": UniformSpec(k=k, n=n, m=m, bits=2, group_size=128),
+        f"uniform 4-bit g128{suffix}": UniformSpec(k=k, n=n, m=m, bits=4, group_size=128,
+                                                   int8_activations=int8),
+        f"uniform 2-bit g128{suffix}": UniformSpec(k=k, n=n, m=m, bits=2, group_size=128,
+                                                   int8_activations=int8),
     }
     for share in OUTLIER_SHARES:
-        specs[f"mixed {share:.1%} outliers"] = MixedSpec(k=k, n=n, m=m, g4=g4,
-                                                         outlier_share=share)
+        specs[f"mixed {share:.1%} outliers{suffix}"] = MixedSpec(
+            k=k, n=n, m=m, g4=g4, outlier_share=share, int8_activations=int8)
     return specs
+
+
+def reference_of(spec, x: np.ndarray, tensors: dict) -> np.ndarray:
+    """float64 output of what ``spec``'s kernel computes: x @ W, with x rounded to int8 per
+    row and group for int8-activation kernels (the outliers of mixed ones take the float x)."""
+    family = get_family(spec.family)
+    if not spec.int8_activations:
+        return family.reference(spec, x, **tensors)
+    if spec.family == "mixed":
+        return family.kernel_reference(spec, x, **tensors)
+    from qcompile.kernels.uniform.compute_int8 import quantized_activations
+
+    weight = family.reference_weight(spec, **tensors).astype(np.float64)
+    return quantized_activations(x, spec.group_size) @ weight
+
+
+def space_of(spec: MixedSpec):
+    """The CUDA design-space module of ``spec`` (float or int8 activations)."""
+    return cuda_mixed_int8 if spec.int8_activations else cuda_mixed
 
 
 def load_kernel(spec, preset, storage, out_dir: Path):
@@ -116,11 +151,12 @@ def build_variant(spec_json: str, target: str, variant: dict, out_dir: str) -> d
         preset = targets.get(target)
         hw = preset.hardware()
         mod = _tvm.normalize_mod(get_family("mixed").compute_for(spec, "cuda"))
-        sch = cuda_mixed.sketch(_tvm.Schedule(mod), spec, hw, variant["sketch"],
-                                variant["knobs"])
+        sch = space_of(spec).sketch(_tvm.Schedule(mod), spec, hw, variant["sketch"],
+                                    variant["knobs"])
         lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))
         knobs = "_".join(f"{v}" for v in variant["knobs"].values())
-        so = Path(out_dir) / f"{variant['sketch'].replace('+', '_')}_{knobs}.so"
+        kind = "xi8_" if spec.int8_activations else ""
+        so = Path(out_dir) / f"{kind}{variant['sketch'].replace('+', '_')}_{knobs}.so"
         lib.export_library(str(so))
         return {"so": str(so), "seconds": time.monotonic() - t0,
                 "ptxas": _ptxas(lib, hw.arch)}
@@ -144,13 +180,14 @@ def _ptxas(lib, arch: str) -> dict | None:
     return None
 
 
-def build_variants(spec: MixedSpec, preset, variants: list[dict], out_dir: Path,
+def build_variants(specs: list[MixedSpec], preset, variants: list[dict], out_dir: Path,
                    jobs: int) -> list[dict]:
-    """Every variant built in a pool of ``jobs`` processes (spawned: the parent has CUDA)."""
+    """Every variant built, for its spec (``specs[i]`` for variants ``i``), in a pool of
+    ``jobs`` processes (spawned: the parent has CUDA)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
         futures = [pool.submit(build_variant, spec.to_json(), preset.name, v, str(out_dir))
-                   for v in variants]
+                   for spec, v in zip(specs, variants, strict=True)]
         return [future.result() for future in futures]
 
 
@@ -164,7 +201,7 @@ def timed_kernel(label, function, spec, x, l2, tensors, kernel=None, reference=N
         prepared = (kernel.prepare(**tensors) if kernel is not None
                     else family.prepare(spec, device="cuda", **tensors))
     if reference is None:
-        reference = torch.from_numpy(family.reference(spec, x.cpu().numpy(), **tensors)).cuda()
+        reference = torch.from_numpy(reference_of(spec, x.cpu().numpy(), tensors)).cuda()
     y = torch.full((spec.m, spec.n), float("nan"), device="cuda")
     function(x, *prepared.tensors, y)
     torch.cuda.synchronize()
@@ -174,6 +211,43 @@ def timed_kernel(label, function, spec, x, l2, tensors, kernel=None, reference=N
     timed = Timed(label, [lambda w=w: function(x, *w, y) for w in copies],
                   family.bytes_read(spec))
     return timed, error
+
+
+def _suffix(label: str) -> str:
+    return INT8 if label.endswith(INT8) else ""
+
+
+def _summary(rows: dict, suffix: str) -> dict:
+    """One kind of x: the fused (0.2%) kernel's and the sweep's best effective bandwidth as
+    shares of the uniform 4-bit kernel's (same kind of x), outlier costs, sync vs async."""
+    four = rows["uniform 4-bit g128" + suffix]
+    fused = rows["mixed 0.2% outliers" + suffix]
+    ours = [r for r in rows.values() if r.get("order") and _suffix(r["kernel"]) == suffix]
+    best = {order: min((r for r in ours if r["order"] == order), key=lambda r: r["median_us"])
+            for order in cuda_mixed.ORDERS if any(r["order"] == order for r in ours)}
+
+    def described(row):
+        return {"sketch": row["sketch"], "knobs": row["knobs"], "ptxas": row["ptxas"],
+                "median_us": row["median_us"],
+                "effective_gbps": row["effective_gbps"],
+                "vs_uniform4_bandwidth": row["effective_gbps"] / four["effective_gbps"]}
+
+    none = rows.get("mixed 0.0% outliers" + suffix)
+    return {
+        "uniform4_gbps": four["effective_gbps"],
+        "uniform4_us": four["median_us"],
+        "fused_vs_uniform4_bandwidth": fused["effective_gbps"] / four["effective_gbps"],
+        "fused_vs_uniform4_latency": fused["median_us"] / four["median_us"],
+        "outlier_slowdown": ({label: row["median_us"] / none["median_us"]
+                              for label, row in rows.items() if label.startswith("mixed")
+                              and "outliers" in label and _suffix(label) == suffix}
+                             if none else None),
+        **{f"{order}_best": described(row) for order, row in best.items()},
+        "best_vs_uniform4_bandwidth": max(
+            (r["effective_gbps"] for r in best.values()), default=0) / four["effective_gbps"],
+        "async_speedup_over_sync": (best["sync"]["median_us"] / best["async"]["median_us"]
+                                    if len(best) == 2 else None),
+    }
 
 
 def main(argv=None) -> int:
@@ -197,6 +271,9 @@ def main(argv=None) -> int:
                                  "built-in GRID)")
     parser.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1),
                         help="processes building the sweep's variants")
+    parser.add_argument("--activations", default="float32",
+                        help="comma list of float32, int8: the kinds of x to run (default "
+                             "float32)")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     args = parser.parse_args(argv)
@@ -205,22 +282,33 @@ def main(argv=None) -> int:
         parser.error("this tool runs on a GPU machine with a CUDA preset")
     storage = Storage(args.db) if args.db else None
     k, n = args.shape
-    specs = workloads(k, n, args.batch, args.g4)
+    kinds = args.activations.split(",")
+    if not kinds or set(kinds) - {"float32", "int8"}:
+        parser.error(f"--activations takes float32 and/or int8; got {args.activations!r}")
+    suffixes = [INT8 if kind == "int8" else "" for kind in kinds]
+    specs = {}
+    for kind in kinds:
+        specs.update(workloads(k, n, args.batch, args.g4, kind == "int8"))
     if args.sweep_only:
-        specs = {label: specs[label] for label in ("uniform 4-bit g128", "mixed 0.2% outliers")}
+        specs = {label + suffix: specs[label + suffix] for suffix in suffixes
+                 for label in ("uniform 4-bit g128", "mixed 0.2% outliers")}
     started = time.monotonic()
-    sweep_spec = specs["mixed 0.2% outliers"]
+    sweep_specs = {suffix: specs["mixed 0.2% outliers" + suffix] for suffix in suffixes}
     if args.variants:
-        variants = json.loads(Path(args.variants).read_text())
+        listed = json.loads(Path(args.variants).read_text())
+        variants = [{**v, "activations": kind} for kind in kinds for v in listed]
     else:
         grid = {suffix: tuple(
             [int(v) for v in override.split(",")] if override else values
             for override, values in zip((args.sweep_k_lanes, args.sweep_n_lanes,
                                          args.sweep_load_groups), knobs, strict=True))
             for suffix, knobs in GRID.items()}
-        variants = variants_grid(sweep_spec, preset, grid)
+        variants = [{**v, "activations": kind}
+                    for kind, suffix in zip(kinds, suffixes, strict=True)
+                    for v in variants_grid(sweep_specs[suffix], preset, grid)]
+    variant_specs = [sweep_specs[INT8 if v["activations"] == "int8" else ""] for v in variants]
     out_dir = Path(tempfile.mkdtemp(prefix="qcompile-mixed-"))
-    built = build_variants(sweep_spec, preset, variants, out_dir / "variants", args.jobs)
+    built = build_variants(variant_specs, preset, variants, out_dir / "variants", args.jobs)
     print(f"built {sum('so' in b for b in built)}/{len(built)} variants in "
           f"{time.monotonic() - started:.0f} s ({args.jobs} processes)", flush=True)
     tuning = []
@@ -244,35 +332,43 @@ def main(argv=None) -> int:
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     timed, rows = [], {}
     family = get_family("mixed")
-    sweep_tensors = family.example_tensors(sweep_spec, rng)
-    reference = torch.from_numpy(family.reference(sweep_spec, x.cpu().numpy(),
-                                                  **sweep_tensors)).cuda()
+    # per kind of x: the sweep's operands (in the layout its kernels read) and reference
+    sweep = {}
+    for suffix, spec in sweep_specs.items():
+        tensors = family.example_tensors(spec, rng)
+        layout = weight_layout.plane_words() if spec.int8_activations else None
+        sweep[suffix] = {
+            "tensors": tensors,
+            "reference": torch.from_numpy(reference_of(spec, x.cpu().numpy(), tensors)).cuda(),
+            "prepared": family.prepare(spec, device="cuda", layout=layout, **tensors)}
     for label, spec in specs.items():
-        swept = spec == sweep_spec  # the sweep's operands and reference, computed once
-        tensors = (sweep_tensors if swept
+        swept = sweep[_suffix(label)] if spec == sweep_specs[_suffix(label)] else None
+        tensors = (swept["tensors"] if swept
                    else get_family(spec.family).example_tensors(spec, rng))
         kernel, origin = load_kernel(spec, preset, storage, out_dir)
         t, error = timed_kernel(label, kernel.function, spec, x, l2, tensors, kernel,
-                                reference=reference if swept else None)
+                                reference=swept["reference"] if swept else None)
         timed.append(t)
         rows[label] = {"kernel": label, "spec": spec.name(), "origin": origin,
                        "max_rel_error": error}
-    sweep_prepared = family.prepare(sweep_spec, device="cuda", **sweep_tensors)
     print(f"baselines ready at {time.monotonic() - started:.0f} s", flush=True)
     failed = []
-    for variant, result in zip(variants, built, strict=True):
+    for variant, result, spec in zip(variants, built, variant_specs, strict=True):
+        suffix = INT8 if spec.int8_activations else ""
         knobs = variant["knobs"]
         label = (f"{variant['sketch']} k{knobs['k_lanes']} n{knobs['n_lanes']} "
-                 f"lg{knobs['load_groups']} u{knobs['unroll']}")
+                 f"lg{knobs['load_groups']} u{knobs['unroll']}{suffix}")
         row = {"kernel": label, "order": cuda_mixed.split_sketch(variant["sketch"])[0],
+               "activations": variant["activations"],
                "sketch": variant["sketch"], "knobs": knobs,
                "build_seconds": result["seconds"], "ptxas": result.get("ptxas")}
         try:
             if "error" in result:
                 raise RuntimeError(result["error"])
-            function = _tvm.tvm.runtime.load_module(result["so"])[sweep_spec.name()]
-            t, error = timed_kernel(label, function, sweep_spec, x, l2, sweep_tensors,
-                                    reference=reference, prepared=sweep_prepared)
+            function = _tvm.tvm.runtime.load_module(result["so"])[spec.name()]
+            t, error = timed_kernel(label, function, spec, x, l2, sweep[suffix]["tensors"],
+                                    reference=sweep[suffix]["reference"],
+                                    prepared=sweep[suffix]["prepared"])
         except Exception as problem:  # noqa: BLE001 - report the variant, go on
             failed.append({**row, "error": str(problem)[:300]})
             print(f"  {label}: FAILED {str(problem)[:200]}", flush=True)
@@ -294,38 +390,14 @@ def main(argv=None) -> int:
         rows[t.name].update(t.result())
         rows[t.name]["effective_gbps"] = t.bytes_read / (rows[t.name]["median_us"] * 1e3)
 
-    four = rows["uniform 4-bit g128"]
-    fused = rows["mixed 0.2% outliers"]
-    best = {order: min((r for r in rows.values() if r.get("order") == order),
-                       key=lambda r: r["median_us"]) for order in cuda_mixed.ORDERS
-            if any(r.get("order") == order for r in rows.values())}
-
-    def described(row):
-        return {"sketch": row["sketch"], "knobs": row["knobs"], "ptxas": row["ptxas"],
-                "median_us": row["median_us"],
-                "effective_gbps": row["effective_gbps"],
-                "vs_uniform4_bandwidth": row["effective_gbps"] / four["effective_gbps"]}
-
-    summary = {
-        "uniform4_gbps": four["effective_gbps"],
-        "uniform4_us": four["median_us"],
-        "fused_vs_uniform4_bandwidth": fused["effective_gbps"] / four["effective_gbps"],
-        "fused_vs_uniform4_latency": fused["median_us"] / four["median_us"],
-        "outlier_slowdown": ({label: rows[label]["median_us"] / rows["mixed 0.0% outliers"][
-            "median_us"] for label in rows if label.startswith("mixed") and "outliers" in label}
-            if "mixed 0.0% outliers" in rows else None),
-        **{f"{order}_best": described(row) for order, row in best.items()},
-        "best_vs_uniform4_bandwidth": max(
-            (r["effective_gbps"] for r in best.values()), default=0) / four["effective_gbps"],
-        "async_speedup_over_sync": (best["sync"]["median_us"] / best["async"]["median_us"]
-                                    if len(best) == 2 else None),
-        "variants": len(variants), "variants_failed": len(failed),
-        "max_rel_error": max(r["max_rel_error"] for r in rows.values()),
-        "seconds": time.monotonic() - started,
-    }
+    summary = {kind: _summary(rows, suffix) for kind, suffix in zip(kinds, suffixes,
+                                                                     strict=True)}
+    summary.update(variants=len(variants), variants_failed=len(failed),
+                   max_rel_error=max(r["max_rel_error"] for r in rows.values()),
+                   seconds=time.monotonic() - started)
     for row in rows.values():
         registers = (row.get("ptxas") or {}).get("registers", "")
-        print(f"  {row['kernel']:44s} {row['median_us']:9.2f} us {row['effective_gbps']:8.0f} "
+        print(f"  {row['kernel']:52s} {row['median_us']:9.2f} us {row['effective_gbps']:8.0f} "
               f"GB/s  err {row['max_rel_error']:.1e}  regs {registers}")
     print(json.dumps(summary, indent=2))
     if args.json:

@@ -180,6 +180,8 @@ _KERNEL = re.compile(
     r'extern "C" __global__ void (?:__launch_bounds__\(\d+(?:,\s*\d+)?\) )?(\w+)\(([^)]*)\)\s*\{')
 
 _BINDING = re.compile(r'T\.thread_binding\((\d+), thread="([\w.]+)"\)')
+_INDENTED_BINDING = re.compile(
+    r'^( *)for \w+ in T\.thread_binding\((\d+), thread="([\w.]+)"\)', re.M)
 
 _CTYPES = {"float": np.float32, "half": np.float16, "int": np.int32, "uint": np.uint32,
            "uchar": np.uint8, "char": np.int8, "signed char": np.int8, "short": np.int16,
@@ -313,6 +315,44 @@ def emulate(scheduled_mod, target) -> EmulatedKernel:
     if not devices:
         raise ValueError("the module produced no CUDA kernel (is it scheduled and bound?)")
     return compile_emulated(devices[0].inspect_source(), launch_extents(scheduled_mod))
+
+
+_DEFINITION = 'extern "C" __global__'
+_DEFINITION_BODY = re.compile(r'extern "C" __global__ [^;{]*\{')
+
+
+def kernel_extents(mod) -> list[dict[str, int]]:
+    """Launch extents of each kernel of a scheduled module, in order: a kernel starts at a
+    root-level thread binding (read from the module's TVMScript)."""
+    kernels: list[dict[str, int]] = []
+    root_indent = None
+    for indent, extent, tag in _INDENTED_BINDING.findall(mod.script()):
+        if root_indent is None or len(indent) <= root_indent:
+            root_indent = len(indent)
+            kernels.append({})
+        kernels[-1].setdefault(tag, int(extent))
+    return kernels
+
+
+def emulate_all(scheduled_mod, target, buffers: dict[str, np.ndarray]) -> None:
+    """Build ``scheduled_mod`` for the CUDA ``target`` and run every kernel of it in order on
+    the emulator, with ``buffers`` by name (the function's parameters and the global buffers
+    its kernels pass between them, such as a quantized x or partial sums)."""
+    from qcompile import _tvm
+
+    lib = _tvm.tvm.compile(scheduled_mod, target=target)
+    (device,) = [m for m in lib.mod.imports if m.kind == "cuda"]
+    source = device.inspect_source()
+    starts = [m.start() for m in _DEFINITION_BODY.finditer(source)]  # not declarations
+    header = source[:source.index(_DEFINITION)]
+    bodies = [source[a + len(_DEFINITION):b] for a, b in zip(starts, starts[1:] + [None],
+                                                               strict=True)]
+    extents = kernel_extents(scheduled_mod)
+    if len(bodies) != len(extents):
+        raise ValueError(f"{len(bodies)} kernel definitions but {len(extents)} launches")
+    for body, extent in zip(bodies, extents, strict=True):
+        kernel = compile_emulated(header + _DEFINITION + body, extent)
+        kernel(**{p.buffer: buffers[p.buffer] for p in kernel.params if p.buffer in buffers})
 
 
 def _nvcc(cuda_source: str, arch: str, output: str, *extra: str) -> tuple[str, str] | None:

@@ -119,14 +119,18 @@ def read_index(sch: Schedule, block, buffer_name: str) -> int:
                          f"not {buffer_name!r}") from None
 
 
-def load_to_registers(sch: Schedule, block, buffer_name: str, loop, vec: int):
+def load_to_registers(sch: Schedule, block, buffer_name: str, loop, vec: int,
+                      only_block: bool = False):
     """Read the part of ``buffer_name`` that ``block`` needs under ``loop`` into registers.
 
     The innermost (contiguous) axis is split by ``vec`` and vectorized: with ``vec`` elements of
     16 bytes together that is one 128-bit load per vector. Every other loop of the copy is
-    unrolled, so the registers are addressed with constants.
+    unrolled, so the registers are addressed with constants. ``only_block``: only ``block``
+    reads the copy (other readers of the buffer, elsewhere in the function, keep theirs).
     """
-    cache = sch.cache_read(block, read_index(sch, block, buffer_name), "local")
+    consumers = [block] if only_block else None
+    cache = sch.cache_read(block, read_index(sch, block, buffer_name), "local",
+                           consumer_blocks=consumers)
     sch.compute_at(cache, loop, preserve_unit_loops=True)
     *outer, inner = loops_below(sch, cache, loop)
     if vec > 1:

@@ -32,7 +32,7 @@ each in both layouts):
     product: its three loads (s1q, the second-order zero and scale) and the arithmetic wait
     behind the weights' decode (the synchronous dataflow the paper measures against).
 ``async``
-    each lane's 2-bit step loop is software-pipelined (:func:`_pipeline`) and fully unrolled
+    each lane's 2-bit step loop is software-pipelined (:func:`pipeline_steps`) and fully unrolled
     (the double buffers stay in registers): the next step's packed words are requested
     (128-bit loads into a second register buffer) and its first-order scales dequantized from
     the second-order ones (``scale1``, registers) while the current step is decoded: the
@@ -111,7 +111,7 @@ def split_sketch(name: str) -> tuple[str, bool]:
     return order, name.endswith(K_WARPS)
 
 
-def _rfactor(sch: Schedule, part: str, k_lanes, load_groups=1):
+def rfactor_groups(sch: Schedule, part: str, k_lanes, load_groups=1):
     """Split ``combine<part>``'s groups over ``k_lanes`` lanes and rfactor them out, at the
     root (rfactor wants the reduction first under its outermost loop): lane t takes the
     ``load_groups`` adjacent groups of each step, steps of ``k_lanes * load_groups`` groups.
@@ -186,12 +186,12 @@ def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, rv
     sch.decompose_reduction(dot, words)
     sch.decompose_reduction(partial, p_o)
     if order == "async" and part == "2":
-        _pipeline(sch, p_o, codes, ("scale1", "meta2_local"))
+        pipeline_steps(sch, p_o, codes, ("scale1", "meta2_local"))
         sch.unroll(p_o)  # registers: the double buffers must be indexed by constants
     return codes
 
 
-def _pipeline(sch: Schedule, loop, codes, scale_names: tuple[str, ...]):
+def pipeline_steps(sch: Schedule, loop, codes, scale_names: tuple[str, ...]):
     """Software-pipeline a lane's group loop in two stages: stage 0 requests the next step's
     packed words (128-bit loads into a second register buffer) and then dequantizes its
     first-order scales from the second-order ones; stage 1 decodes and accumulates this step.
@@ -232,7 +232,7 @@ def sketch(sch: Schedule, spec: MixedSpec, hw: GpuHardware, order: str,
     sch.reorder(n_b, n_t, m, n_e)
     sch.bind(n_b, "blockIdx.x")
     sch.bind(n_t, n_axis)
-    reductions = {part: _rfactor(sch, part, rv["k_lanes"], rv["load_groups"])
+    reductions = {part: rfactor_groups(sch, part, rv["k_lanes"], rv["load_groups"])
                   for part in ("2", "4")}
     for part in ("2", "4"):
         _part(sch, spec, part, n_t, reductions[part], rv, order, k_axis)

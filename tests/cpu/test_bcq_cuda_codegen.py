@@ -17,16 +17,14 @@ from qcompile import _tvm
 from qcompile.build import build_untuned
 from qcompile.errors import LoadError, SpecError
 from qcompile.kernels import BcqSpec, get_family
-from qcompile.testing.cuda_emulator import aligned, compile_emulated, ptxas_report
+from qcompile.testing.cuda_emulator import aligned, emulate_all, ptxas_report
 from schedules.cuda import bcq as cuda_bcq
 
 FAMILY = get_family("bcq")
 PRESET = targets.get("cuda")
 HW = PRESET.hardware()
 TARGET = _tvm.Target(PRESET.tvm_target())
-_BINDING = re.compile(r'^( *)for \w+ in T\.thread_binding\((\d+), thread="([\w.]+)"\)', re.M)
-_DEFINITION = 'extern "C" __global__'
-_BODY = re.compile(r'extern "C" __global__ [^;{]*\{')
+_BODY = re.compile(r'extern "C" __global__ [^;{]*\{')   # kernel definitions, not declarations
 
 
 def schedule(spec, knobs, stage_words=False, unroll_groups=False, words_inner=False,
@@ -43,32 +41,6 @@ def cuda_source(mod) -> str:
     return device.inspect_source()
 
 
-def kernel_extents(mod) -> list[dict[str, int]]:
-    """Launch extents of each kernel, in order: a kernel starts at a root-level binding."""
-    kernels: list[dict[str, int]] = []
-    root_indent = None
-    for indent, extent, tag in _BINDING.findall(mod.script()):
-        if root_indent is None or len(indent) <= root_indent:
-            root_indent = len(indent)
-            kernels.append({})
-        kernels[-1].setdefault(tag, int(extent))
-    return kernels
-
-
-def emulate_all(mod, buffers: dict[str, np.ndarray]) -> None:
-    """Run every kernel of ``mod`` in order on the emulator, with ``buffers`` by name."""
-    source = cuda_source(mod)
-    starts = [m.start() for m in _BODY.finditer(source)]   # definitions, not declarations
-    header = source[:source.index(_DEFINITION)]
-    bodies = [source[a + len(_DEFINITION):b] for a, b in zip(starts, starts[1:] + [None],
-                                                               strict=True)]
-    extents = kernel_extents(mod)
-    assert len(bodies) == len(extents), (len(bodies), extents)
-    for body, extent in zip(bodies, extents, strict=True):
-        kernel = compile_emulated(header + _DEFINITION + body, extent)
-        kernel(**{p.buffer: buffers[p.buffer] for p in kernel.params})
-
-
 def run_emulated(spec, knobs, seed, stage_words=False, unroll_groups=False, words_inner=False,
                  sums_first=False):
     rng = np.random.default_rng(seed)
@@ -81,7 +53,7 @@ def run_emulated(spec, knobs, seed, stage_words=False, unroll_groups=False, word
                "z": aligned(z), "y": y,
                "y_rf": aligned(np.full((slices, spec.m, spec.n), np.nan, np.float32))}
     emulate_all(schedule(spec, knobs, stage_words, unroll_groups, words_inner, sums_first).mod,
-                buffers)
+                TARGET, buffers)
     assert not np.isnan(y).any(), "the kernels left outputs unwritten"
     return y, FAMILY.reference(spec, x, **tensors)
 

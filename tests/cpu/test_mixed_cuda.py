@@ -162,7 +162,8 @@ def test_sweep_grid_and_pool_build(tmp_path, monkeypatch):
     small = MixedSpec(k=1024, n=256)
     chosen = [{"sketch": "sync+k_warps", "knobs": WARPS},
               {"sketch": "async", "knobs": {**KNOBS, "k_lanes": 3}}]
-    built = bench_mixed_cuda.build_variants(small, PRESET, chosen, tmp_path / "v", jobs=2)
+    built = bench_mixed_cuda.build_variants([small, small], PRESET, chosen, tmp_path / "v",
+                                            jobs=2)
     assert pathlib.Path(built[0]["so"]).is_file()
     assert "k_lanes=3 is not a candidate" in built[1]["error"]
 

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from qcompile.errors import FormatError, SpecError
+from qcompile.errors import FormatError
 from qcompile.formats.mixed import MixedTensors, storage_rows
 from qcompile.kernels.base import KernelFamily, PreparedWeights
 from qcompile.kernels.mixed import layout as weight_layout
@@ -52,11 +52,13 @@ class MixedFamily(KernelFamily):
 
     def compute_for(self, spec: MixedSpec, target_kind: str):
         """The same blocks everywhere; on "cuda" the field scales avoid a reinterpret that
-        TVM's CUDA code generator cannot print. int8 activations are CPU only."""
+        TVM's CUDA code generator cannot print, and int8 activations take ``dp4a``
+        (compute_cuda_int8.py) where CPUs take ``vpmaddubsw`` (compute_int8.py)."""
         if spec.int8_activations:
             if target_kind == "cuda":
-                raise SpecError("int8 activations are a CPU kernel (AVX2 vpmaddubsw); CUDA "
-                                "kernels take float activations: drop --int8-activations")
+                from qcompile.kernels.mixed.compute_cuda_int8 import mixed_compute_cuda_int8
+
+                return mixed_compute_cuda_int8(spec)
             return self.compute(spec)
         from qcompile.kernels.mixed.compute import mixed_compute
 
@@ -114,7 +116,8 @@ class MixedFamily(KernelFamily):
             tensors: the format's arrays in the kernel's order, the per-column ones
             (codes2, meta2, scale2, zero2, codes4, scales4, zeros4) as [N/T, rows, T] in the
             ``n_tiled`` layout (for ``int8_activations`` specs codes2 and codes4 as uint8 byte
-            planes [R, 1, N, 4], tiled [N/T, R, 1, T, 4]: kernels/mixed/compute_int8.py);
+            planes [R, 1, N, 4], tiled [N/T, R, 1, T, 4]: kernels/mixed/compute_int8.py; in
+            the CUDA kernel's ``plane_words`` layout int32 [R, 1, N]);
             extras: ``layout`` (the layout) and ``report`` (the quantizer's report: average
             bits, errors) when quantized here.
         """

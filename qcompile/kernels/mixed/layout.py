@@ -21,6 +21,9 @@ row-major inside::
 so a parallel task that reads consecutive tiles reads one contiguous range of each. The
 int8-activation kernel (compute_int8.py) reads codes2 and codes4 as byte planes [R, 1, N, 4];
 tiled, they are [N/T, R, 1, T, 4] (uniform/layout.py's int8 form), the others as above.
+``plane_words`` (uniform/layout.py) is the CUDA int8 kernel's (compute_cuda_int8.py): codes2 and
+codes4 as those byte planes read as int32 words [R, 1, N] (the format's own words), the other
+operands unchanged; its compute fixes it, and :func:`layout_of` knows it by the compute name.
 ``order`` and the CSR outliers (``row_ptr``, ``cols``, ``values``) keep their layout: they are
 indexed by data, not by the tile. The CPU design space applies the layout with
 ``transform_layout`` on the function's parameters, so it is part of the schedule's trace (hence
@@ -33,10 +36,19 @@ from __future__ import annotations
 import numpy as np
 
 from qcompile.errors import SpecError
-from qcompile.kernels.uniform.layout import N_TILED, check_match, describe, has_block, n_tiled
+from qcompile.kernels.uniform.layout import (
+    N_TILED,
+    PLANE_WORDS,
+    check_match,
+    describe,
+    has_block,
+    n_tiled,
+    plane_words,
+    plane_words_of,
+)
 
-__all__ = ["N_TILED", "OPERANDS", "apply", "check_match", "describe", "layout_of", "n_tiled",
-           "pack", "unpack"]
+__all__ = ["N_TILED", "OPERANDS", "PLANE_WORDS", "apply", "check_match", "describe",
+           "layout_of", "n_tiled", "pack", "plane_words", "unpack"]
 
 #: Operands the layout rewrites: (name, a block that reads it, whether one of its columns
 #: covers g2 columns of W: the second-order operands).
@@ -105,6 +117,10 @@ def _tiles_of(per_tile: int):
 
 def layout_of(func) -> dict | None:
     """The layout a scheduled PrimFunc reads its weights in; None for the format's default."""
+    from qcompile.kernels.mixed.compute_cuda_int8 import COMPUTE_NAME as CUDA_INT8
+
+    if func.attrs is not None and str(func.attrs.get("qcompile.compute", "")) == CUDA_INT8:
+        return plane_words()
     for param in func.params:  # TVM 0.27: a parameter is its buffer (name, shape)
         if param.name == "codes2":
             shape = [int(d) for d in param.shape]
@@ -115,10 +131,10 @@ def layout_of(func) -> dict | None:
 
 
 def _tile(layout: dict | None) -> int | None:
-    if layout is None:
+    if layout is None or layout.get("kind") == PLANE_WORDS:
         return None
     if layout.get("kind") != N_TILED:
-        raise SpecError(f"unknown weight layout {layout!r}; known: {N_TILED}")
+        raise SpecError(f"unknown weight layout {layout!r}; known: {N_TILED}, {PLANE_WORDS}")
     return int(layout["tile_n"])
 
 
@@ -131,16 +147,20 @@ def pack(tensors: dict, layout: dict | None, g2: int) -> dict:
         The format's arrays (formats/mixed.py), each [rows, N] (second-order ones
         [G2, N/g2]); operands the layout does not rewrite are returned unchanged.
     layout : dict or None
-        :func:`n_tiled` or None (no change).
+        :func:`n_tiled`, :func:`plane_words` (codes2 and codes4, uint8 byte planes
+        [R, 1, N, 4], become int32 [R, 1, N]) or None (no change).
     g2 : int
         Columns per second-order group.
 
     Returns
     -------
     dict
-        The same names, same array type; the seven operands of :data:`OPERANDS` as
-        [N/T, rows, T] ([N/T, G2, T/g2] for scale2 and zero2), contiguous.
+        The same names, same array type; for ``n_tiled`` the seven operands of
+        :data:`OPERANDS` as [N/T, rows, T] ([N/T, G2, T/g2] for scale2 and zero2), contiguous.
     """
+    if layout is not None and layout.get("kind") == PLANE_WORDS:
+        return {**tensors, **{name: plane_words_of(tensors[name])
+                              for name in _PLANE_READERS}}
     tile = _tile(layout)
     if tile is None:
         return dict(tensors)
@@ -161,7 +181,10 @@ def pack(tensors: dict, layout: dict | None, g2: int) -> dict:
 
 
 def unpack(tensors: dict, layout: dict | None, g2: int) -> dict:
-    """The inverse of :func:`pack`: operands in ``layout`` -> the format's default layout."""
+    """The inverse of :func:`pack`: operands in ``layout`` -> the format's default layout
+    (for :func:`plane_words`, codes2 and codes4 back to byte planes uint8 [R, 1, N, 4])."""
+    if layout is not None and layout.get("kind") == PLANE_WORDS:
+        return {**tensors, **{name: _byte_planes_of(tensors[name]) for name in _PLANE_READERS}}
     if _tile(layout) is None:
         return dict(tensors)
     out = dict(tensors)
@@ -175,6 +198,17 @@ def unpack(tensors: dict, layout: dict | None, g2: int) -> dict:
         tiles, rows, per_tile = t.shape
         out[name] = _contiguous(_swap01(t).reshape(rows, tiles * per_tile))
     return out
+
+
+def _byte_planes_of(words):
+    """int32 words [R, 1, N] -> their bytes, uint8 [R, 1, N, 4] (little-endian), numpy or
+    torch."""
+    shape = (*words.shape, 4)
+    if isinstance(words, np.ndarray):
+        return np.ascontiguousarray(words).view(np.uint8).reshape(shape).copy()
+    import torch
+
+    return words.contiguous().view(torch.uint8).reshape(shape).contiguous()
 
 
 def _swap01(t):

@@ -42,9 +42,9 @@ class MixedSpec(KernelSpec):
     outlier_share : float
         Share of all weights kept as fp16 outliers (taken from the 2-bit groups).
     int8_activations : bool
-        CPU only: round x per row and g1-group to int8 inside the kernel and take integer dot
-        products with the 2- and 4-bit codes (AVX2 ``vpmaddubsw``; kernels/mixed/compute_int8.py,
-        the uniform family's intrinsics). The outliers still multiply the float32 x. About
+        Round x per row and g1-group to int8 inside the kernel and take integer dot products
+        with the 2- and 4-bit codes (AVX2 ``vpmaddubsw``, kernels/mixed/compute_int8.py; CUDA
+        ``dp4a``, compute_cuda_int8.py). The outliers still multiply the float32 x. About
         1e-2 relative error instead of 1e-6; N must be a multiple of 8.
     """
 

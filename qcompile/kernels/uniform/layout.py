@@ -118,7 +118,7 @@ def pack(tensors: dict, layout: dict | None) -> dict:
     if layout is None:
         return dict(tensors)
     if layout.get("kind") == PLANE_WORDS:
-        return {**tensors, "qweight": _plane_words(tensors["qweight"])}
+        return {**tensors, "qweight": plane_words_of(tensors["qweight"])}
     if layout.get("kind") != N_TILED:
         raise SpecError(f"unknown weight layout {layout!r}; known: {N_TILED}, {PLANE_WORDS}")
     tile = int(layout["tile_n"])
@@ -138,14 +138,20 @@ def pack(tensors: dict, layout: dict | None) -> dict:
     return out
 
 
-def _plane_words(planes):
-    """uint8 byte planes [U, P, N, 4] -> int32 [U, P, N] (the same bytes, little-endian)."""
+def plane_words_of(planes):
+    """uint8 byte planes [U, P, N, 4] -> int32 [U, P, N] (the same bytes, little-endian), numpy
+    or torch (new memory)."""
+    import numpy as np
+
+    is_numpy = isinstance(planes, np.ndarray)
+    dtype = planes.dtype if is_numpy else str(planes.dtype).removeprefix("torch.")
+    if str(dtype) != "uint8" or planes.ndim != 4 or planes.shape[-1] != 4:
+        raise SpecError(f"layout {PLANE_WORDS} packs the int8 kernel's byte planes, uint8 "
+                        f"[U, P, N, 4]; got {dtype} {list(planes.shape)}")
+    if is_numpy:
+        return np.ascontiguousarray(planes).view(np.int32)[..., 0].copy()
     import torch
 
-    if planes.dtype != torch.uint8 or planes.dim() != 4 or planes.shape[-1] != 4:
-        raise SpecError(f"layout {PLANE_WORDS} packs the int8 kernel's byte planes, uint8 "
-                        f"[U, P, N, 4]; got {str(planes.dtype).removeprefix('torch.')} "
-                        f"{list(planes.shape)}")
     return planes.contiguous().view(torch.int32).squeeze(-1).contiguous()
 
 
