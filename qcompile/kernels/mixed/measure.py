@@ -15,8 +15,9 @@ def alloc_arguments(spec_json: str, device, args_info, alloc_repeat: int):
     """LocalRunner's ``f_alloc_argument`` for the spec in ``spec_json`` (bound with partial).
 
     Returns ``alloc_repeat`` argument lists: x float32 [M, K] (standard normal), the format's
-    arrays (as the kernel reads them: byte planes for int8 activations, packed in the candidate's
-    weight layout, read from its argument shapes), y float32
+    arrays (as the kernel reads them: byte planes for int8 activations on CPUs, their int32
+    words on CUDA, packed in the candidate's weight layout, read from its argument shapes), y
+    float32
     [M, N] (zeros).
     """
     import json
@@ -27,10 +28,15 @@ def alloc_arguments(spec_json: str, device, args_info, alloc_repeat: int):
 
     spec = spec_from_dict(json.loads(spec_json))
     family = get_family(spec.family)
-    # The candidate's layout is in its argument shapes (codes2 [N/T, K2/16, T] when tiled).
+    # The candidate's layout is in its argument shapes (codes2 [N/T, K2/16, T] when tiled),
+    # except for the CUDA int8 kernel's int32 words [K2/16, 1, N] (layout plane_words; CPU int8
+    # kernels read uint8 byte planes).
     codes2 = [tuple(info[2]) for info in args_info][2]
     tiled = {3: 2, 5: 3}.get(len(codes2))  # words [N/T, R, T] or byte planes [N/T, U, 1, T, 4]
-    layout = weight_layout.n_tiled(codes2[tiled]) if tiled else None
+    if spec.int8_activations and str(args_info[2][1]) == "int32":
+        layout = weight_layout.plane_words()
+    else:
+        layout = weight_layout.n_tiled(codes2[tiled]) if tiled else None
     repeated = []
     for index in range(alloc_repeat):
         rng = np.random.default_rng(index)
