@@ -220,11 +220,20 @@ def sketch(sch: Schedule, spec: MixedSpec, hw: GpuHardware, order: str,
     """The layout above for sketch ``order`` (a name of :data:`SKETCHES`: the dequantization
     order, with :data:`K_WARPS` appended for K lanes across warps); ``fixed`` pins knobs,
     ``prior`` favours values (:func:`schedules.knobs.choose`)."""
-    order, k_warps = split_sketch(order)
+    return gemv_layout(sch, spec, order, _part, fixed, prior)
+
+
+def gemv_layout(sch: Schedule, spec: MixedSpec, name: str, place_part,
+                fixed: dict | None = None, prior: dict | None = None) -> Schedule:
+    """The thread layout of sketch ``name`` around ``finish`` (blocks and threads over N, the
+    K lanes of both parts), with ``place_part(sch, spec, part, thread_loop, reductions, rv,
+    order, k_axis)`` scheduling each part's groups under the N thread loop (this module's
+    float parts, or schedules/cuda/mixed_int8.py's dp4a ones)."""
+    order, k_warps = split_sketch(name)
     n_axis, k_axis = ("threadIdx.x", "threadIdx.y") if k_warps else ("threadIdx.y",
                                                                       "threadIdx.x")
     cands = knob_candidates(spec)
-    rv = {name: choose(sch, name, cands[name], fixed, prior) for name in _KNOBS}
+    rv = {knob: choose(sch, knob, cands[knob], fixed, prior) for knob in _KNOBS}
     vec = vector_width(spec)
     finish = sch.get_sblock("finish")
     m, n = sch.get_loops(finish)
@@ -235,7 +244,7 @@ def sketch(sch: Schedule, spec: MixedSpec, hw: GpuHardware, order: str,
     reductions = {part: rfactor_groups(sch, part, rv["k_lanes"], rv["load_groups"])
                   for part in ("2", "4")}
     for part in ("2", "4"):
-        _part(sch, spec, part, n_t, reductions[part], rv, order, k_axis)
+        place_part(sch, spec, part, n_t, reductions[part], rv, order, k_axis)
     # finish: the thread's M x vec outputs shared among its k lanes (one writer per output)
     _, f_lane = sch.split(sch.fuse(m, n_e), factors=[None, rv["k_lanes"]])
     sch.bind(f_lane, k_axis)
@@ -245,10 +254,17 @@ def sketch(sch: Schedule, spec: MixedSpec, hw: GpuHardware, order: str,
 def design_space(sch: Schedule, spec: MixedSpec, hw: GpuHardware) -> list[Schedule]:
     """Every sketch (both orders, both K-lane layouts), knobs sampled, the heuristic's knobs
     as priors in its layout."""
-    name, knobs = heuristic_knobs(spec, hw)
+    return every_sketch(sch, spec, hw, sketch, heuristic_knobs(spec, hw))
+
+
+def every_sketch(sch: Schedule, spec: MixedSpec, hw: GpuHardware, sketch_fn,
+                 heuristic: tuple[str, dict]) -> list[Schedule]:
+    """``sketch_fn`` of every sketch on a copy of ``sch``, knobs sampled, with the knobs of
+    ``heuristic`` (a sketch name and its knobs) as priors in the heuristic's K-lane layout."""
+    name, knobs = heuristic
     _, k_warps = split_sketch(name)
-    return [sketch(sch.copy(), spec, hw, s, prior=knobs if split_sketch(s)[1] == k_warps
-                   else None) for s in SKETCHES]
+    return [sketch_fn(sch.copy(), spec, hw, s, prior=knobs if split_sketch(s)[1] == k_warps
+                      else None) for s in SKETCHES]
 
 
 #: Most threads per block of the heuristic.

@@ -27,21 +27,19 @@ from schedules.cuda.common import load_to_registers, read_index, unroll
 from schedules.cuda.mixed import (
     K_WARPS,
     SKETCHES,
+    every_sketch,
+    gemv_layout,
     knob_candidates,
     pipeline_steps,
-    rfactor_groups,
-    split_sketch,
     vector_width,
 )
 from schedules.cuda.mixed import heuristic_knobs as float_heuristic_knobs
-from schedules.knobs import choose
 from schedules.loops import loops_below
 from targets.hardware import GpuHardware
 
 __all__ = ["SKETCHES", "design_space", "heuristic_knobs", "heuristic_schedule", "quantize_x",
            "sketch"]
 
-_KNOBS = ("k_lanes", "n_lanes", "load_groups", "unroll")
 #: Threads of the quantize-x kernel per (row, g1-group): each reads g1/4 floats of x and
 #: writes g1/16 int8 words.
 QUANTIZE_LANES = 4
@@ -144,36 +142,16 @@ def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, rv
 
 def sketch(sch: Schedule, spec: MixedSpec, hw: GpuHardware, name: str,
            fixed: dict | None = None, prior: dict | None = None) -> Schedule:
-    """Sketch ``name`` (a name of :data:`SKETCHES`); ``fixed`` pins knobs, ``prior`` favours
+    """Sketch ``name`` (a name of :data:`SKETCHES`): the quantize-x kernel, then the float
+    space's GEMV layout with this module's dp4a parts; ``fixed`` pins knobs, ``prior`` favours
     values (:func:`schedules.knobs.choose`)."""
-    order, k_warps = split_sketch(name)
-    n_axis, k_axis = ("threadIdx.x", "threadIdx.y") if k_warps else ("threadIdx.y",
-                                                                      "threadIdx.x")
     quantize_x(sch, spec)
-    cands = knob_candidates(spec)
-    rv = {knob: choose(sch, knob, cands[knob], fixed, prior) for knob in _KNOBS}
-    vec = vector_width(spec)
-    finish = sch.get_sblock("finish")
-    m, n = sch.get_loops(finish)
-    n_b, n_t, n_e = sch.split(n, factors=[None, rv["n_lanes"], vec])
-    sch.reorder(n_b, n_t, m, n_e)
-    sch.bind(n_b, "blockIdx.x")
-    sch.bind(n_t, n_axis)
-    reductions = {part: rfactor_groups(sch, part, rv["k_lanes"], rv["load_groups"])
-                  for part in ("2", "4")}
-    for part in ("2", "4"):
-        _part(sch, spec, part, n_t, reductions[part], rv, order, k_axis)
-    _, f_lane = sch.split(sch.fuse(m, n_e), factors=[None, rv["k_lanes"]])
-    sch.bind(f_lane, k_axis)
-    return sch
+    return gemv_layout(sch, spec, name, _part, fixed, prior)
 
 
 def design_space(sch: Schedule, spec: MixedSpec, hw: GpuHardware) -> list[Schedule]:
     """Every sketch, knobs sampled, the heuristic's knobs as priors in its layout."""
-    name, knobs = heuristic_knobs(spec, hw)
-    _, k_warps = split_sketch(name)
-    return [sketch(sch.copy(), spec, hw, s, prior=knobs if split_sketch(s)[1] == k_warps
-                   else None) for s in SKETCHES]
+    return every_sketch(sch, spec, hw, sketch, heuristic_knobs(spec, hw))
 
 
 #: The untuned kernel's order and block where it applies (H200 sweeps, 2026-11-24, 8192x28672
