@@ -21,6 +21,7 @@ from schedules.cuda import mixed as cuda_mixed
 from schedules.cuda import mixed_int8 as cuda_mixed_int8
 from schedules.cuda import uniform as cuda_uniform
 from schedules.cuda import uniform_int8 as cuda_uniform_int8
+from schedules.cuda import uniform_mma as cuda_uniform_mma
 
 DesignSpace = Callable  # (Schedule, spec, hardware) -> list[Schedule]
 
@@ -35,6 +36,17 @@ def _by_activations(float32, int8) -> DesignSpace:
     return space
 
 
+def _by_tensor_cores(mma, dp4a) -> DesignSpace:
+    """A space function for int8-activation uniform specs on CUDA: ``mma`` where the family's
+    compute is the tensor-core one (compute_cuda_mma.uses_tensor_cores), else ``dp4a``."""
+    from qcompile.kernels.uniform.compute_cuda_mma import uses_tensor_cores
+
+    def space(sch, spec, hw):
+        return (mma if uses_tensor_cores(spec) else dp4a)(sch, spec, hw)
+
+    return space
+
+
 _cpu_uniform_space = _by_activations(cpu_uniform.design_space, cpu_uniform_int8.design_space)
 _cpu_uniform_heuristic = _by_activations(cpu_uniform.heuristic_schedule,
                                          cpu_uniform_int8.heuristic_schedule)
@@ -45,8 +57,9 @@ _cpu_mixed_heuristic = _by_activations(cpu_mixed.heuristic_schedule,
 
 _SPACES: dict[tuple[str, str], DesignSpace] = {
     ("uniform", "cpu"): _cpu_uniform_space,
-    ("uniform", "cuda"): _by_activations(cuda_uniform.design_space,
-                                         cuda_uniform_int8.design_space),
+    ("uniform", "cuda"): _by_activations(
+        cuda_uniform.design_space,
+        _by_tensor_cores(cuda_uniform_mma.design_space, cuda_uniform_int8.design_space)),
     ("bcq", "cpu"): cpu_bcq.design_space,
     ("bcq", "cuda"): cuda_bcq.design_space,
     ("mixed", "cpu"): _cpu_mixed_space,
@@ -61,8 +74,10 @@ _DATA_DEPENDENT_LOOPS = {"mixed"}
 #: (GPU spaces: too many threads, too much shared memory). Others use the first sketch, seeded.
 _UNTUNED: dict[tuple[str, str], Callable] = {
     ("uniform", "cpu"): _cpu_uniform_heuristic,
-    ("uniform", "cuda"): _by_activations(cuda_uniform.heuristic_schedule,
-                                         cuda_uniform_int8.heuristic_schedule),
+    ("uniform", "cuda"): _by_activations(
+        cuda_uniform.heuristic_schedule,
+        _by_tensor_cores(cuda_uniform_mma.heuristic_schedule,
+                         cuda_uniform_int8.heuristic_schedule)),
     ("bcq", "cuda"): cuda_bcq.heuristic_schedule,
     ("mixed", "cuda"): _by_activations(cuda_mixed.heuristic_schedule,
                                        cuda_mixed_int8.heuristic_schedule),

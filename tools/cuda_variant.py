@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 
 
-def build_variant(job: dict, make_spec: Callable, schedule: Callable) -> dict:
+def build_variant(job: dict, make_spec: Callable, schedule: Callable,
+                  compute: Callable | None = None) -> dict:
     """Build ``job`` into ``job["dir"]``: ``job`` plus ``so`` and ``build_s``, or ``error``.
 
     Parameters
@@ -24,6 +25,9 @@ def build_variant(job: dict, make_spec: Callable, schedule: Callable) -> dict:
         ``() -> KernelSpec``, called inside the error capture (a spec rule is a result too).
     schedule : callable
         ``(Schedule, spec, GpuHardware) -> Schedule``: the variant's pinned sketch.
+    compute : callable, optional
+        ``spec -> PrimFunc``, the workload the sketch schedules (default: the family's CUDA
+        compute for the spec).
     """
     import targets
     from qcompile import _tvm
@@ -36,7 +40,8 @@ def build_variant(job: dict, make_spec: Callable, schedule: Callable) -> dict:
         preset = targets.get("cuda")
         hw = preset.hardware()
         target = _tvm.Target(preset.tvm_target(hw))
-        mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, "cuda"))
+        func = compute(spec) if compute else family_of(spec).compute_for(spec, "cuda")
+        mod = _tvm.normalize_mod(func)
         sch = schedule(_tvm.Schedule(mod), spec, hw)
         so, _ = export(spec, preset, target, sch.mod, job["dir"], {"id": None, "sweep": job})
         return {**job, "so": str(so), "build_s": time.monotonic() - started}

@@ -29,7 +29,8 @@ TARGET = _tvm.Target(PRESET.tvm_target())
 
 
 def _mod(spec):
-    return _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    """The dp4a compute (the family takes tensor cores from 8 rows where they fit)."""
+    return _tvm.normalize_mod(uniform_compute_cuda_int8(spec))
 
 
 def cuda_source(sch) -> str:
@@ -108,7 +109,7 @@ def test_too_few_groups_are_refused_with_the_rule():
 
 def test_export_records_the_layout_and_its_compute(tmp_path):
     spec = UniformSpec(k=1024, n=512, m=2, int8_activations=True)
-    assert FAMILY.compute_for(spec, "cuda").attrs[COMPUTE_ATTR] == COMPUTE_NAME
+    assert FAMILY.compute_for(spec, "cuda").attrs[COMPUTE_ATTR] == COMPUTE_NAME  # M = 2: dp4a
     result = build_untuned(spec, PRESET, tmp_path)
     manifest = json.loads(result.manifest_path.read_text())
     assert manifest["layout"] == layout.plane_words()

@@ -129,34 +129,17 @@ def packed_x_word(x, m, first, inverse, bits: int):
     return T.Cast("int32", word)
 
 
-def uniform_compute_cuda_int8(spec: UniformSpec, portable: bool = False):
-    """The CUDA PrimFunc for an ``int8_activations`` spec (symbol ``spec.name()``);
-    ``portable`` spells dp4a and the IEEE division in plain TIR (:func:`dp4a`,
-    :func:`inverse_of`) so the unscheduled function also builds and runs on a CPU, for tests."""
-    M, K, N, G = spec.m, spec.k, spec.n, spec.groups
-    bits, gsize = spec.bits, spec.effective_group_size
-    U, P = K // unit_rows(bits), planes(bits)
-    S = steps_per_unit(bits)
-    group_steps = gsize // STEP            # dp4a steps per group and column
+def quantize_x_blocks(M: int, G: int, gsize: int, bits: int, portable: bool = False):
+    """A TIR macro ``(x, x_amax, x_inverse, xq_words, xq_sum, x_step)``: the blocks that
+    round x [M, K] to int8 per row and group of ``gsize`` (``x_amax``, ``x_inverse``,
+    ``x_pack``, ``x_qsum``, ``x_step``; see the module docstring), shared by the dp4a and the
+    tensor-core computes (a new macro per function: TVM suffixes the block names of a macro's
+    later expansions)."""
     group_words = gsize // STEP            # int32 words of x per group
-    attrs = {**spec.func_attrs(), COMPUTE_ATTR: COMPUTE_NAME}
     levels = float(X_LEVELS)
 
-    @T.prim_func(s_tir=True)
-    def uniform_gemm_cuda_int8(
-        x: T.Buffer((M, K), "float32"),
-        qweight: T.Buffer((U, P, N), "int32"),
-        scales: T.Buffer((G, N), "float16"),
-        zeros: T.Buffer((G, N), "uint8"),
-        y: T.Buffer((M, N), "float32"),
-    ):
-        T.func_attr(attrs)
-        x_amax = T.sblock_alloc_buffer((M, G), "float32")
-        xq_words = T.sblock_alloc_buffer((M, K // STEP), "int32")
-        xq_sum = T.sblock_alloc_buffer((M, G), "int32")
-        x_step = T.sblock_alloc_buffer((M, G), "float32")
-        x_inverse = T.sblock_alloc_buffer((M, G), "float32")
-        dot = T.sblock_alloc_buffer((M, G, N), "int32")
+    @T.macro
+    def quantize(x, x_amax, x_inverse, xq_words, xq_sum, x_step):
         for m, g, r in T.grid(M, G, gsize):
             with T.sblock("x_amax"):
                 vm, vg, vr = T.axis.remap("SSR", [m, g, r])
@@ -183,6 +166,38 @@ def uniform_compute_cuda_int8(spec: UniformSpec, portable: bool = False):
             with T.sblock("x_step"):
                 vm, vg = T.axis.remap("SS", [m, g])
                 x_step[vm, vg] = x_amax[vm, vg] * T.float32(1.0 / levels)
+
+    return quantize
+
+
+def uniform_compute_cuda_int8(spec: UniformSpec, portable: bool = False):
+    """The CUDA PrimFunc for an ``int8_activations`` spec (symbol ``spec.name()``);
+    ``portable`` spells dp4a and the IEEE division in plain TIR (:func:`dp4a`,
+    :func:`inverse_of`) so the unscheduled function also builds and runs on a CPU, for tests."""
+    M, K, N, G = spec.m, spec.k, spec.n, spec.groups
+    bits, gsize = spec.bits, spec.effective_group_size
+    U, P = K // unit_rows(bits), planes(bits)
+    S = steps_per_unit(bits)
+    group_steps = gsize // STEP            # dp4a steps per group and column
+    attrs = {**spec.func_attrs(), COMPUTE_ATTR: COMPUTE_NAME}
+    quantize = quantize_x_blocks(M, G, gsize, bits, portable)
+
+    @T.prim_func(s_tir=True)
+    def uniform_gemm_cuda_int8(
+        x: T.Buffer((M, K), "float32"),
+        qweight: T.Buffer((U, P, N), "int32"),
+        scales: T.Buffer((G, N), "float16"),
+        zeros: T.Buffer((G, N), "uint8"),
+        y: T.Buffer((M, N), "float32"),
+    ):
+        T.func_attr(attrs)
+        x_amax = T.sblock_alloc_buffer((M, G), "float32")
+        xq_words = T.sblock_alloc_buffer((M, K // STEP), "int32")
+        xq_sum = T.sblock_alloc_buffer((M, G), "int32")
+        x_step = T.sblock_alloc_buffer((M, G), "float32")
+        x_inverse = T.sblock_alloc_buffer((M, G), "float32")
+        dot = T.sblock_alloc_buffer((M, G, N), "int32")
+        quantize(x, x_amax, x_inverse, xq_words, xq_sum, x_step)
         for m, g, n, r in T.grid(M, G, N, group_steps):
             with T.sblock("group_dot"):
                 vm, vg, vn, vr = T.axis.remap("SSSR", [m, g, n, r])

@@ -56,12 +56,18 @@ class UniformFamily(KernelFamily):
 
     def compute_for(self, spec: UniformSpec, target_kind: str):
         """compute.py's QIGen form on CPUs; compute_cuda.py's on GPUs (no int->float converts,
-        no group sums: see that module for why), compute_cuda_int8.py's (dp4a) for int8
-        activations."""
+        no group sums: see that module for why); for int8 activations compute_cuda_mma.py's
+        (tensor cores) from 8 rows of x where it fits, else compute_cuda_int8.py's (dp4a)."""
         if target_kind == "cuda":
             if spec.int8_activations:
                 from qcompile.kernels.uniform.compute_cuda_int8 import uniform_compute_cuda_int8
+                from qcompile.kernels.uniform.compute_cuda_mma import (
+                    uniform_compute_cuda_mma,
+                    uses_tensor_cores,
+                )
 
+                if uses_tensor_cores(spec):
+                    return uniform_compute_cuda_mma(spec)
                 return uniform_compute_cuda_int8(spec)
             from qcompile.kernels.uniform.compute_cuda import uniform_compute_cuda
 

@@ -17,8 +17,9 @@ design space applies it with ``transform_layout`` on the function's parameters: 
 part of the schedule's trace, hence of the tuning record, and :func:`layout_of` reads it back from
 a scheduled function (the build writes it into the manifest; ``Kernel.prepare`` packs for it).
 
-``plane_words`` is the CUDA int8 kernel's (compute_cuda_int8.py): the CPU int8 kernel's byte
-planes, uint8 [U, P, N, 4], read as int32 words [U, P, N] (the same bytes), so one register holds
+``plane_words`` is the CUDA int8 kernels' (compute_cuda_int8.py, compute_cuda_mma.py): the CPU
+int8 kernel's byte planes, uint8 [U, P, N, 4], read as int32 words [U, P, N] (the same bytes), so
+one register holds
 the 4 bytes a ``dp4a`` takes. Its compute, not its schedule, fixes it; :func:`layout_of` knows it
 by the function's compute name.
 
@@ -92,8 +93,10 @@ def has_block(sch, name: str) -> bool:
 def layout_of(func) -> dict | None:
     """The layout a scheduled PrimFunc reads its weights in; None for GPTQ's layout."""
     from qcompile.kernels.uniform.compute_cuda_int8 import COMPUTE_NAME as CUDA_INT8
+    from qcompile.kernels.uniform.compute_cuda_mma import COMPUTE_NAME as CUDA_MMA
 
-    if func.attrs is not None and str(func.attrs.get("qcompile.compute", "")) == CUDA_INT8:
+    if func.attrs is not None and str(func.attrs.get("qcompile.compute", "")) in (CUDA_INT8,
+                                                                                 CUDA_MMA):
         return plane_words()
     for param in func.params:  # TVM 0.27: a parameter is its buffer (name, shape)
         if param.name == "qweight":

@@ -1,0 +1,60 @@
+"""CUDA schedule of the uniform family's tensor-core kernel (compute_cuda_mma.py).
+
+Two kernels per call: the dp4a space's quantize-x kernel (schedules/cuda/uniform_int8.py), its
+outputs stored in the layouts the GEMM reads (:func:`fragment_layouts`), then the GEMM, whose
+lane structure the compute fixes: a block per 32 columns, its warps (``threadIdx.y``) over the
+K slices, lanes on ``threadIdx.x``, the slices' sums in shared memory, added by the block. The
+compute also fixes the split (compute_cuda_mma.k_split), so the space is this one schedule:
+tuning measures it, nothing is sampled.
+"""
+
+from __future__ import annotations
+
+from qcompile._tvm import Schedule
+from qcompile.kernels.uniform.compute_cuda_mma import check_spec
+from qcompile.kernels.uniform.spec import UniformSpec
+from schedules.cuda.uniform_int8 import quantize_x
+from targets.hardware import GpuHardware
+
+
+def sketch(sch: Schedule, spec: UniformSpec, hw: GpuHardware, fixed: dict | None = None,
+           prior: dict | None = None) -> Schedule:
+    """The quantize-x kernel, then the GEMM: a block per 32 columns, its warps
+    (``threadIdx.y``) over the K slices, their partial sums in shared memory, added by all of
+    the block's threads."""
+    check_spec(spec)
+    fragment_layouts(sch)
+    quantize_x(sch, spec)
+    gemm = sch.get_sblock("warp_gemm")
+    warp, part, lane = sch.get_loops(gemm)
+    sch.bind(warp, "blockIdx.x")
+    sch.bind(part, "threadIdx.y")
+    sch.bind(lane, "threadIdx.x")
+    sch.set_scope(gemm, 0, "shared")
+    total = sch.get_sblock("k_sum")
+    sch.reverse_compute_at(total, warp, preserve_unit_loops=True)
+    *_, m, j, _ = sch.get_loops(total)
+    fused = sch.fuse(m, j)
+    _, ty, tx = sch.split(fused, factors=[None, int(sch.get(part).extent), 32])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    return sch
+
+
+def fragment_layouts(sch: Schedule) -> None:
+    """Store the quantized x as the GEMM reads it: ``xq_words`` [M, K/4] in fragment order
+    [K/32, 32 lanes, 4 registers] (so one load instruction of a warp reads 128 contiguous bytes,
+    one L1 wavefront, where rows of x are 8 wavefronts), and x's group scales and sums
+    [M, G] as [G, M] (a warp's 16 rows contiguous)."""
+    sch.transform_layout(sch.get_sblock("x_pack"), ("write", 0), lambda m, w: (
+        w // 8, (m % 8) * 4 + w % 4, m // 8 + 2 * (w % 8 // 4)), assume_injective_transform=True)
+    for block in ("x_step", "x_qsum"):
+        sch.transform_layout(sch.get_sblock(block), ("write", 0), lambda m, g: (g, m))
+
+
+def heuristic_schedule(sch: Schedule, spec: UniformSpec, hw: GpuHardware) -> Schedule:
+    return sketch(sch, spec, hw)
+
+
+def design_space(sch: Schedule, spec: UniformSpec, hw: GpuHardware) -> list[Schedule]:
+    return [sketch(sch, spec, hw)]
