@@ -7,6 +7,7 @@ instruction the CPU emulator cannot run: the numbers are checked on a GPU
 import json
 import re
 
+import numpy as np
 import pytest
 
 import targets
@@ -20,8 +21,11 @@ from qcompile.kernels.uniform.compute_cuda_mma import (
     COMPUTE_NAME,
     check_spec,
     k_split,
+    unit_position,
+    units_per_group,
     uses_tensor_cores,
 )
+from qcompile.kernels.uniform.compute_int8 import byte_planes
 from qcompile.testing.cuda_emulator import ptxas_report
 from schedules import untuned_schedule
 
@@ -81,16 +85,37 @@ def test_generated_kernel_uses_mma_without_spills(m, bits):
     assert report["shared_bytes"] <= HW.shared_memory_per_block_bytes
 
 
-def test_x_is_stored_in_fragment_order():
-    """One warp's load of x fragments reads consecutive words: lane l's at 4 l (M = 16)."""
+def test_x_is_stored_in_fragment_order_and_words_load_as_vectors():
+    """One warp's load of x fragments reads consecutive words (lane l's at 4 l, M = 16); a
+    lane's packed words arrive in 128-bit loads."""
     source = cuda_source(UniformSpec(k=4096, n=4096, m=16, int8_activations=True))
     gemm = source[source.index("kernel_1("):]
     assert re.search(r"xq_words_ptr\[[^\]]*\(\(int\)threadIdx\.x\) \* 4\)", gemm)
+    assert "*(int4*)(raw_ptr + 0) = *(int4*)(qweight_ptr" in gemm
 
 
-def test_export_records_plane_words(tmp_path):
+@pytest.mark.parametrize("bits,group_size", [(4, 128), (2, 64), (4, 32)])
+def test_mma_words_hold_each_lanes_words_together(bits, group_size):
+    """Packed for the kernel: qweight [G, N, U] holds every word of the GPTQ matrix once, unit u
+    of group g at unit_position(u); a lane's words are one run (4-bit: even units, then odd)."""
+    spec = UniformSpec(k=512, n=64, m=16, bits=bits, group_size=group_size,
+                       int8_activations=True)
+    units = units_per_group(spec)
+    tensors = FAMILY.example_tensors(spec, np.random.default_rng(bits))
+    prepared = FAMILY.prepare(spec, **tensors, layout=layout.mma_words(bits, units))
+    packed = prepared.tensors[0].numpy()
+    words = layout.plane_words_of(byte_planes(tensors["qweight"], bits))[:, 0, :]  # [U, N]
+    assert packed.shape == (spec.groups, spec.n, units)
+    for u in range(words.shape[0]):
+        g, unit = divmod(u, units)
+        np.testing.assert_array_equal(packed[g, :, unit_position(unit, bits, units)], words[u])
+    if bits == 4:
+        assert [unit_position(u, 4, 16) for u in (0, 2, 1, 3)] == [0, 1, 8, 9]
+
+
+def test_export_records_mma_words(tmp_path):
     spec = UniformSpec(k=1024, n=512, m=16, int8_activations=True)
     result = build_untuned(spec, PRESET, tmp_path)
     manifest = json.loads(result.manifest_path.read_text())
-    assert manifest["layout"] == layout.plane_words()
+    assert manifest["layout"] == layout.mma_words(4, 16)
     assert "mma.sync" in (tmp_path / f"{spec.name()}.cu").read_text()

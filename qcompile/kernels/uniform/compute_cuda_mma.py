@@ -26,12 +26,15 @@ the lane's part of the PTX fragment layouts. Lane l (group l // 4, thread t = l 
 - the int32 sums (C, 16 x 8): columns ``2t`` and ``2t + 1`` of rows ``l // 4`` and ``l // 4 + 8``.
 
 A warp takes :data:`TILES_PER_WARP` tiles of 8 columns, so each x fragment it loads feeds 4
-``mma``, and one slice of the groups (loop ``part``, :func:`k_split` slices); per group it
+``mma``, and one slice of the groups (the next group's words requested while this one
+multiplies: two register buffers) (loop ``part``, :func:`k_split` slices); per group it
 applies the zero-points and scales to its sums in float32 and writes its 16 float sums into
 ``partial``, which block ``k_sum`` adds up over the slices.
 
-Operands as the dp4a compute: x float32 [M, K], qweight int32 [U, P, N], scales float16 [G, N],
-zeros uint8 [G, N], y float32 [M, N].
+Operands: x float32 [M, K]; qweight int32 [G, N, U_g], the dp4a kernel's words with each group's
+U_g words of a column together, in :func:`unit_position`'s order (layout ``mma_words``,
+uniform/layout.py), so a lane's words for a group are one run of 128-bit loads; scales float16
+[G, N], zeros uint8 [G, N], y float32 [M, N].
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from qcompile._tvm import T
 from qcompile.errors import SpecError
 from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
 from qcompile.kernels.uniform.compute_cuda_int8 import quantize_x_blocks, steps_per_unit
-from qcompile.kernels.uniform.compute_int8 import STEP, planes, unit_rows
+from qcompile.kernels.uniform.compute_int8 import STEP, unit_rows
 from qcompile.kernels.uniform.spec import UniformSpec
 
 COMPUTE_NAME = "uniform.cuda_mma.v1"
@@ -106,6 +109,21 @@ def k_split(spec: UniformSpec) -> int:
     return next((v for v in fits if slices * v >= TARGET_WARPS), max(fits))
 
 
+def units_per_group(spec: UniformSpec) -> int:
+    """Packed words (units of K) per group and column."""
+    return spec.effective_group_size // unit_rows(spec.bits)
+
+
+def unit_position(unit: int, bits: int, group_units: int) -> int:
+    """Where the ``mma_words`` layout stores unit ``unit`` of a group (of ``group_units``) for
+    one column. A lane reads code steps t and t + 4 of every k-step: at 2 bits units 2 ks and
+    2 ks + 1 for every lane (natural order), at 4 bits the units of parity t // 2 (even units
+    first, then odd ones), so each lane's words are one contiguous run."""
+    if bits == 4:
+        return unit % 2 * (group_units // 2) + unit // 2
+    return unit
+
+
 def uniform_compute_cuda_mma(spec: UniformSpec, tiles: int = TILES_PER_WARP,
                              split: int | None = None):
     """The tensor-core PrimFunc for ``spec`` (symbol ``spec.name()``; :func:`check_spec`):
@@ -113,27 +131,32 @@ def uniform_compute_cuda_mma(spec: UniformSpec, tiles: int = TILES_PER_WARP,
     check_spec(spec)
     M, K, N, G = spec.m, spec.k, spec.n, spec.groups
     bits, gsize = spec.bits, spec.effective_group_size
-    U, P, S = K // unit_rows(bits), planes(bits), steps_per_unit(bits)
+    S = steps_per_unit(bits)
     group_words = gsize // STEP
     k_steps = gsize // TILE_K
     columns = TILE_N * tiles                # per warp
     W, KS = N // columns, split or k_split(spec)
     GS = G // KS                            # groups per K slice
     mask = {2: 0x03030303, 4: 0x0F0F0F0F}[bits]
+    UG = units_per_group(spec)              # packed words per group and column
+    lane_words = 2 * k_steps                # of them, a lane reads
+    vec = min(4, lane_words)                # words per vector load
+
+    def lane_base(lane):
+        """First word of a lane's run (4-bit: the lanes t = 0, 1 take the even units, t = 2, 3
+        the odd ones, each a contiguous half: :func:`unit_position`)."""
+        return (lane % 4) // 2 * (UG // 2) if bits == 4 else 0
     attrs = {**spec.func_attrs(), COMPUTE_ATTR: COMPUTE_NAME}
     quantize = quantize_x_blocks(M, G, gsize, bits)
 
-    def unit_of(group, ks, lane, i):
-        """The code unit holding code step (lane % 4) + 4 i of k-step ``ks`` of ``group``."""
-        return (group * group_words + ks * _WORDS + lane % 4 + 4 * i) // S
-
     @T.macro
     def load_words(qweight, raw, slot, group, vw, vl):
-        for ks in T.unroll(k_steps):
-            for t in T.unroll(tiles):
-                for i in T.unroll(2):
-                    raw[slot, ks, t, i] = qweight[unit_of(group, ks, vl, i), 0,
-                                                  vw * columns + t * TILE_N + vl // 4]
+        # the lane's words of its column (tile t): contiguous in the mma_words layout
+        for t in T.unroll(tiles):
+            for v in T.unroll(lane_words // vec):
+                raw[slot, t, T.ramp(v * vec, 1, vec)] = qweight[
+                    group, vw * columns + t * TILE_N + vl // 4,
+                    T.ramp(lane_base(vl) + v * vec, 1, vec)]
 
     @T.macro
     def group_gemm(xq_words, xq_sum, x_step, scales, zeros, raw, slot, group, vw, vl, a, b, c,
@@ -151,7 +174,7 @@ def uniform_compute_cuda_mma(spec: UniformSpec, tiles: int = TILES_PER_WARP,
             for t in T.unroll(tiles):
                 for i in T.unroll(2):  # codes of column l/4, steps t (+4): one shift, one AND
                     b[t, i] = T.bitwise_and(
-                        T.shift_right(raw[slot, ks, t, i], T.Cast("int32", (vl % S) * bits)),
+                        T.shift_right(raw[slot, t, 2 * ks + i], T.Cast("int32", (vl % S) * bits)),
                         T.int32(mask))
                 T.evaluate(T.ptx_legacy.mma(
                     "m16n8k32", "row", "col", "int8", "int8", "int32",
@@ -171,7 +194,7 @@ def uniform_compute_cuda_mma(spec: UniformSpec, tiles: int = TILES_PER_WARP,
     @T.prim_func(s_tir=True)
     def uniform_gemm_cuda_mma(
         x: T.Buffer((M, K), "float32"),
-        qweight: T.Buffer((U, P, N), "int32"),
+        qweight: T.Buffer((G, N, UG), "int32"),
         scales: T.Buffer((G, N), "float16"),
         zeros: T.Buffer((G, N), "uint8"),
         y: T.Buffer((M, N), "float32"),
@@ -188,7 +211,7 @@ def uniform_compute_cuda_mma(spec: UniformSpec, tiles: int = TILES_PER_WARP,
             with T.sblock("warp_gemm"):
                 vw, vs, vl = T.axis.remap("SSS", [warp, part, lane])
                 T.reads(xq_words[0:M, 0:K // STEP], xq_sum[0:M, 0:G], x_step[0:M, 0:G],
-                        qweight[0:U, 0:P, vw * columns:vw * columns + columns],
+                        qweight[0:G, vw * columns:vw * columns + columns, 0:UG],
                         scales[0:G, vw * columns:vw * columns + columns],
                         zeros[0:G, vw * columns:vw * columns + columns])
                 T.writes(partial[vw, vs, 0:M, 0:columns])
@@ -196,7 +219,7 @@ def uniform_compute_cuda_mma(spec: UniformSpec, tiles: int = TILES_PER_WARP,
                 b = T.sblock_alloc_buffer((tiles, 2), "int32", scope="local")
                 c = T.sblock_alloc_buffer((tiles, 4), "int32", scope="local")
                 acc = T.sblock_alloc_buffer((tiles, 4), "float32", scope="local")
-                raw = T.sblock_alloc_buffer((2, k_steps, tiles, 2), "int32", scope="local")
+                raw = T.sblock_alloc_buffer((2, tiles, lane_words), "int32", scope="local")
                 for t, i in T.grid(tiles, 4):
                     acc[t, i] = T.float32(0)
                 # two register buffers of packed words: group g + 1's loads are in flight

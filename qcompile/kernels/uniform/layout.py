@@ -17,11 +17,12 @@ design space applies it with ``transform_layout`` on the function's parameters: 
 part of the schedule's trace, hence of the tuning record, and :func:`layout_of` reads it back from
 a scheduled function (the build writes it into the manifest; ``Kernel.prepare`` packs for it).
 
-``plane_words`` is the CUDA int8 kernels' (compute_cuda_int8.py, compute_cuda_mma.py): the CPU
-int8 kernel's byte planes, uint8 [U, P, N, 4], read as int32 words [U, P, N] (the same bytes), so
-one register holds
+``plane_words`` is the CUDA dp4a kernel's (compute_cuda_int8.py): the CPU int8 kernel's byte
+planes, uint8 [U, P, N, 4], read as int32 words [U, P, N] (the same bytes), so one register holds
 the 4 bytes a ``dp4a`` takes. Its compute, not its schedule, fixes it; :func:`layout_of` knows it
-by the function's compute name.
+by the function's compute name. ``mma_words`` is the tensor-core kernel's (compute_cuda_mma.py):
+the same words with each group's words of a column together, [G, N, units per group], in the
+order the mma fragments read them (one contiguous run per lane).
 
 Z-order (the paper's option for blocks of K x N) is not used: with one pass over the weights per
 GEMV and whole-K column tiles, tiles are already read in address order; a Z curve would only
@@ -38,6 +39,10 @@ N_TILED = "n_tiled"
 #: read as int32 words [U, P, N], 4 codes per byte lane for ``dp4a`` (compute_cuda_int8.py).
 PLANE_WORDS = "plane_words"
 
+#: The tensor-core kernel's codes (compute_cuda_mma.py): the words of each group and column
+#: together, [G, N, units per group], in compute_cuda_mma.unit_position's order.
+MMA_WORDS = "mma_words"
+
 #: Operands the layout rewrites, with the block that reads each.
 _OPERANDS = (("qweight", "group_dot"), ("scales", "combine"), ("zeros", "combine"))
 
@@ -50,6 +55,11 @@ def n_tiled(tile_n: int) -> dict:
 def plane_words() -> dict:
     """The layout descriptor ``{"kind": "plane_words"}`` (:data:`PLANE_WORDS`)."""
     return {"kind": PLANE_WORDS}
+
+
+def mma_words(bits: int, group_units: int) -> dict:
+    """The layout descriptor ``{"kind": "mma_words", "bits": b, "group_units": U}``."""
+    return {"kind": MMA_WORDS, "bits": int(bits), "group_units": int(group_units)}
 
 
 def apply(sch, n: int, tile_n: int) -> None:
@@ -95,9 +105,15 @@ def layout_of(func) -> dict | None:
     from qcompile.kernels.uniform.compute_cuda_int8 import COMPUTE_NAME as CUDA_INT8
     from qcompile.kernels.uniform.compute_cuda_mma import COMPUTE_NAME as CUDA_MMA
 
-    if func.attrs is not None and str(func.attrs.get("qcompile.compute", "")) in (CUDA_INT8,
-                                                                                 CUDA_MMA):
+    compute = str(func.attrs.get("qcompile.compute", "")) if func.attrs is not None else ""
+    if compute == CUDA_INT8:
         return plane_words()
+    if compute == CUDA_MMA:
+        import json
+
+        bits = json.loads(str(func.attrs["qcompile.spec"]))["bits"]
+        qweight = next(p for p in func.params if p.name == "qweight")
+        return mma_words(bits, int(qweight.shape[2]))
     for param in func.params:  # TVM 0.27: a parameter is its buffer (name, shape)
         if param.name == "qweight":
             shape = [int(d) for d in param.shape]
@@ -122,8 +138,11 @@ def pack(tensors: dict, layout: dict | None) -> dict:
         return dict(tensors)
     if layout.get("kind") == PLANE_WORDS:
         return {**tensors, "qweight": plane_words_of(tensors["qweight"])}
+    if layout.get("kind") == MMA_WORDS:
+        return {**tensors, "qweight": _mma_words_of(plane_words_of(tensors["qweight"]), layout)}
     if layout.get("kind") != N_TILED:
-        raise SpecError(f"unknown weight layout {layout!r}; known: {N_TILED}, {PLANE_WORDS}")
+        raise SpecError(f"unknown weight layout {layout!r}; known: {N_TILED}, {PLANE_WORDS}, "
+                        f"{MMA_WORDS}")
     tile = int(layout["tile_n"])
     out = dict(tensors)
     for name, _ in _OPERANDS:
@@ -158,6 +177,26 @@ def plane_words_of(planes):
     return planes.contiguous().view(torch.int32).squeeze(-1).contiguous()
 
 
+def _mma_words_of(words, layout: dict):
+    """int32 words [U, 1, N] (torch) -> [G, N, group_units], each group's units in
+    compute_cuda_mma.unit_position's order (new memory)."""
+    import torch
+
+    from qcompile.kernels.uniform.compute_cuda_mma import unit_position
+
+    units, _, n = words.shape
+    per_group, bits = int(layout["group_units"]), int(layout["bits"])
+    if units % per_group:
+        raise SpecError(f"layout {MMA_WORDS}: {units} words along K are not whole groups of "
+                        f"{per_group}")
+    order = [0] * per_group
+    for unit in range(per_group):
+        order[unit_position(unit, bits, per_group)] = unit
+    grouped = words.reshape(units // per_group, per_group, n)
+    index = torch.tensor(order, device=words.device)
+    return grouped.index_select(1, index).permute(0, 2, 1).contiguous()
+
+
 def check_match(prepared_layout: dict | None, kernel_layout: dict | None, kernel_name: str):
     """Raise ArgumentError when weights were packed for another layout than the kernel reads."""
     if prepared_layout != kernel_layout:
@@ -171,4 +210,6 @@ def describe(layout: dict | None) -> str:
         return "gptq [K*b/32, N]"
     if layout.get("kind") == PLANE_WORDS:
         return f"{PLANE_WORDS} (byte planes as int32 words [U, P, N])"
+    if layout.get("kind") == MMA_WORDS:
+        return f"{MMA_WORDS} (words per group and column [G, N, {layout['group_units']}])"
     return f"{layout['kind']} (tiles of {layout['tile_n']} columns)"
