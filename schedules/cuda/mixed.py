@@ -123,11 +123,11 @@ def rfactor_groups(sch: Schedule, part: str, k_lanes, load_groups=1):
     return partial, combine
 
 
-def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, rv: dict,
-          order: str, k_axis: str):
-    """One part's per-lane group loop and cross-lane reduction under ``thread_loop``; the K
-    lanes are bound to ``k_axis``. The group loop steps ``load_groups`` groups at a time (their
-    packed words loaded together, before the first decode)."""
+def lane_steps(sch: Schedule, thread_loop, reductions, rv: dict, k_axis: str):
+    """Place one part's lane sums (``reductions``: rfactor_groups's pair) under
+    ``thread_loop``: the cross-lane reduction into shared memory, each lane's partial sums in
+    registers over its steps of ``load_groups`` groups. Returns (partial, step loop, group loop
+    of a step)."""
     partial, combine = reductions
     sch.compute_at(combine, thread_loop, preserve_unit_loops=True)
     sch.set_scope(combine, 0, "shared")
@@ -142,9 +142,39 @@ def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, rv
     unroll(sch, p_b, p_m, p_n)
     sch.annotate(p_o, "pragma_auto_unroll_max_step", rv["unroll"])
     sch.annotate(p_o, "pragma_unroll_explicit", 1)
+    return partial, p_o, p_b
 
+
+def place_scale1(sch: Schedule, spec: MixedSpec, order: str, partial, step_loop, group_loop):
+    """Section 5's order for block ``scale1`` (the 2-bit part's first-order scales from the
+    second-order ones): ``sync`` inlines it where the group's sum is scaled; ``async`` computes
+    a step's scales into registers at the start of the step, from its meta bytes in one
+    vector load."""
+    scale = sch.get_sblock("scale1")
+    if order == "sync":
+        sch.compute_inline(scale)
+        # a group's 4 meta bytes in one 32-bit load, not four byte loads
+        load_to_registers(sch, partial, "meta2", group_loop, vector_width(spec))
+        return
+    sch.compute_at(scale, step_loop, preserve_unit_loops=True)
+    sch.set_scope(scale, 0, "local")
+    unroll(sch, *loops_below(sch, scale, step_loop))
+    meta = sch.cache_read(scale, read_index(sch, scale, "meta2"), "local",
+                          consumer_blocks=[scale, partial])
+    sch.compute_at(meta, step_loop, preserve_unit_loops=True)
+    *outer, inner = loops_below(sch, meta, step_loop)
+    inner, lanes = sch.split(inner, factors=[None, vector_width(spec)])
+    sch.vectorize(lanes)
+    unroll(sch, *outer, inner)
+
+
+def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, rv: dict,
+          order: str, k_axis: str):
+    """One part's per-lane group loop and cross-lane reduction under ``thread_loop``; the K
+    lanes are bound to ``k_axis``. The group loop steps ``load_groups`` groups at a time (their
+    packed words loaded together, before the first decode)."""
+    partial, p_o, group = lane_steps(sch, thread_loop, reductions, rv, k_axis)
     # the per-group work: under the step's group loop
-    group = p_b
     dot = sch.get_sblock(f"group_dot{part}")
     sch.compute_at(dot, group, preserve_unit_loops=True)
     sch.set_scope(dot, 0, "local")
@@ -167,22 +197,7 @@ def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, rv
     sch.vectorize(lanes)
     unroll(sch, *outer, inner)
     if part == "2":
-        scale = sch.get_sblock("scale1")
-        if order == "sync":
-            sch.compute_inline(scale)
-            # a group's 4 meta bytes in one 32-bit load, not four byte loads
-            load_to_registers(sch, partial, "meta2", group, vector_width(spec))
-        else:
-            sch.compute_at(scale, p_o, preserve_unit_loops=True)
-            sch.set_scope(scale, 0, "local")
-            unroll(sch, *loops_below(sch, scale, p_o))
-            meta = sch.cache_read(scale, read_index(sch, scale, "meta2"), "local",
-                                  consumer_blocks=[scale, partial])
-            sch.compute_at(meta, p_o, preserve_unit_loops=True)
-            *outer, inner = loops_below(sch, meta, p_o)
-            inner, lanes = sch.split(inner, factors=[None, vector_width(spec)])
-            sch.vectorize(lanes)
-            unroll(sch, *outer, inner)
+        place_scale1(sch, spec, order, partial, p_o, group)
     sch.decompose_reduction(dot, words)
     sch.decompose_reduction(partial, p_o)
     if order == "async" and part == "2":

@@ -30,7 +30,9 @@ from schedules.cuda.mixed import (
     every_sketch,
     gemv_layout,
     knob_candidates,
+    lane_steps,
     pipeline_steps,
+    place_scale1,
     vector_width,
 )
 from schedules.cuda.mixed import heuristic_knobs as float_heuristic_knobs
@@ -79,22 +81,7 @@ def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, rv
     """One part's per-lane group loop and cross-lane reduction under ``thread_loop`` (the K
     lanes bound to ``k_axis``); a step of ``load_groups`` groups has its code words requested
     together, before the first dp4a."""
-    partial, combine = reductions
-    sch.compute_at(combine, thread_loop, preserve_unit_loops=True)
-    sch.set_scope(combine, 0, "shared")
-    f_t, f_m, f_n = loops_below(sch, combine, thread_loop)
-    sch.reorder(f_m, f_n, f_t)  # the reduced thread loop must be innermost
-    sch.bind(f_t, k_axis)
-    sch.compute_at(partial, thread_loop, preserve_unit_loops=True)
-    sch.set_scope(partial, 0, "local")
-    p_t, p_m, p_n, p_o, p_b = loops_below(sch, partial, thread_loop)
-    sch.reorder(p_t, p_o, p_b, p_m, p_n)
-    sch.bind(p_t, k_axis)
-    unroll(sch, p_b, p_m, p_n)
-    sch.annotate(p_o, "pragma_auto_unroll_max_step", rv["unroll"])
-    sch.annotate(p_o, "pragma_unroll_explicit", 1)
-
-    group = p_b
+    partial, p_o, group = lane_steps(sch, thread_loop, reductions, rv, k_axis)
     dot = sch.get_sblock(f"group_dot{part}")
     sch.compute_at(dot, group, preserve_unit_loops=True)
     sch.set_scope(dot, 0, "local")
@@ -106,21 +93,7 @@ def _part(sch: Schedule, spec: MixedSpec, part: str, thread_loop, reductions, rv
     # 128-bit loads, the same for a whole warp
     load_to_registers(sch, dot, "xq_words", group, _X_VEC, only_block=True)
     if part == "2":
-        scale = sch.get_sblock("scale1")
-        if order == "sync":
-            sch.compute_inline(scale)
-            load_to_registers(sch, partial, "meta2", group, vector_width(spec))
-        else:
-            sch.compute_at(scale, p_o, preserve_unit_loops=True)
-            sch.set_scope(scale, 0, "local")
-            unroll(sch, *loops_below(sch, scale, p_o))
-            meta = sch.cache_read(scale, read_index(sch, scale, "meta2"), "local",
-                                  consumer_blocks=[scale, partial])
-            sch.compute_at(meta, p_o, preserve_unit_loops=True)
-            *outer, inner = loops_below(sch, meta, p_o)
-            inner, lanes = sch.split(inner, factors=[None, vector_width(spec)])
-            sch.vectorize(lanes)
-            unroll(sch, *outer, inner)
+        place_scale1(sch, spec, order, partial, p_o, group)
     else:
         for name in ("scales4", "zeros4"):
             load_to_registers(sch, partial, name, group, vector_width(spec))
