@@ -26,7 +26,8 @@ import targets
 from qcompile.kernels import UniformSpec
 
 #: (K, N, bits, group size, M, int8 activations): every bit width, both layouts, every M, the
-#: int8 kernels' sketches; few, since loading each JIT-compiles it (1-2 s) on the GPU machine.
+#: int8 kernels' sketches (M = 16 int8: the tensor-core kernel); few, since loading each
+#: JIT-compiles it (1-2 s) on the GPU machine.
 KERNELS = [(4096, 4096, 4, 128, 1, False), (4096, 4096, 4, 128, 4, False),
            (4096, 4096, 4, 128, 16, False), (1024, 768, 2, 64, 4, False),
            (1024, 768, 3, 128, 16, False), (1024, 768, 8, 32, 1, False),

@@ -6,7 +6,7 @@ on an H200 it is bound by instruction issue (8192x28672: 137 us, 0.9x fp16 ``lin
 ``mma.sync`` multiplies a 16 x 32 tile of x by 32 x 8 codes: 4096 products per warp instruction
 where dp4a gives 128. The arithmetic is the dp4a kernel's, x rounded to int8 per row and group
 by the same blocks (:func:`~qcompile.kernels.uniform.compute_cuda_int8.quantize_x_blocks`),
-codes read as the same words (layout ``plane_words``):
+codes the same words, grouped for the fragments (layout ``mma_words``, below):
 
     y[m, n] = sum_g s[g, n] * amax[m, g] / 127 * (dot[m, g, n] - z[g, n] * xqsum[m, g])
     dot[m, g, n] = sum over the group's k-steps of mma(x tile, code tile)      (int32, exact)
@@ -15,7 +15,8 @@ Rows of x past M are zeros in the x fragments (M < 16 wastes the rest of the til
 
 Unlike the dp4a compute, the GEMM here is written per warp lane, because a tensor-core
 instruction is collective: block ``warp_gemm`` runs for one lane of one warp (loops ``warp``
-over N / 32 and ``lane`` over 32, which the design space binds to threads), and its body holds
+over N / 32, ``part`` over the K slices and ``lane`` over 32, which the schedule binds to
+threads), and its body holds
 the lane's part of the PTX fragment layouts. Lane l (group l // 4, thread t = l % 4 of it) holds
 
 - x (A, 16 x 32 int8, row-major): words ``t`` and ``t + 4`` of rows ``l // 4`` and
@@ -26,10 +27,10 @@ the lane's part of the PTX fragment layouts. Lane l (group l // 4, thread t = l 
 - the int32 sums (C, 16 x 8): columns ``2t`` and ``2t + 1`` of rows ``l // 4`` and ``l // 4 + 8``.
 
 A warp takes :data:`TILES_PER_WARP` tiles of 8 columns, so each x fragment it loads feeds 4
-``mma``, and one slice of the groups (the next group's words requested while this one
-multiplies: two register buffers) (loop ``part``, :func:`k_split` slices); per group it
-applies the zero-points and scales to its sums in float32 and writes its 16 float sums into
-``partial``, which block ``k_sum`` adds up over the slices.
+``mma``, and one of :func:`k_split`'s slices of the groups, requesting the next group's words
+while this one multiplies (two register buffers). Per group it applies the zero-points and
+scales to its sums in float32; at the end it writes its 16 float sums into ``partial``, which
+block ``k_sum`` adds up over the slices.
 
 Operands: x float32 [M, K]; qweight int32 [G, N, U_g], the dp4a kernel's words with each group's
 U_g words of a column together, in :func:`unit_position`'s order (layout ``mma_words``,
