@@ -57,11 +57,11 @@ from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
 from qcompile.kernels.uniform.compute_cuda_int8 import (
     code_word,
     dp4a,
-    inverse_of,
+    quantize_x_blocks,
     quantized,
     steps_per_unit,
 )
-from qcompile.kernels.uniform.compute_int8 import STEP, X_LEVELS, storage_to_row, unit_rows
+from qcompile.kernels.uniform.compute_int8 import STEP, storage_to_row, unit_rows
 
 COMPUTE_NAME = "mixed.cuda_int8.v1"
 
@@ -80,6 +80,26 @@ def x_word(x, order, m, s, w, inverse, groups2: int, g1: int):
     return T.Cast("int32", word)
 
 
+def dp4a_group_dot(M: int, N: int, words: int, portable: bool):
+    """A TIR macro ``(name, dot, codes, xq_words, first, groups, bits)``: block ``name``, the
+    exact int32 sums of dp4a over each of a part's ``groups`` g1-groups (``words`` steps each),
+    its codes' words against x's words from word ``first`` on (a new macro per call site)."""
+
+    @T.macro
+    def group_dot(name, dot, codes, xq_words, first, groups, bits):
+        for m, s, n, r in T.grid(M, groups, N, words):
+            with T.sblock(name):
+                vm, vs, vn, vr = T.axis.remap("SSSR", [m, s, n, r])
+                with T.init():
+                    dot[vm, vs, vn] = 0
+                dot[vm, vs, vn] = dot[vm, vs, vn] + dp4a(
+                    code_word(codes, (vs * words + vr) // steps_per_unit(bits),
+                              (vs * words + vr) % steps_per_unit(bits), vn, bits),
+                    xq_words[vm, first + vs * words + vr], portable)
+
+    return group_dot
+
+
 def mixed_compute_cuda_int8(spec: MixedSpec, portable: bool = False):
     """The CUDA PrimFunc for an ``int8_activations`` spec (symbol ``spec.name()``);
     ``portable`` spells dp4a and the IEEE division in plain TIR so the unscheduled function
@@ -92,10 +112,19 @@ def mixed_compute_cuda_int8(spec: MixedSpec, portable: bool = False):
     per4 = lay.g4 // g1
     words = g1 // STEP                      # x words (and dp4a steps) per g1-group
     first4 = G2 * words                     # the 4-bit part's first word of x
-    S2, S4 = steps_per_unit(2), steps_per_unit(4)
     U2, U4 = K2 // unit_rows(2), K4 // unit_rows(4)
     attrs = {**spec.func_attrs(), COMPUTE_ATTR: COMPUTE_NAME}
     finish = finish_block()
+
+    def column(order, m, s, j):
+        return order[s] * g1 + j
+
+    def word(x, order, m, s, w, inverse):
+        return x_word(x, order, m, s, w, inverse, G2, g1)
+
+    quantize = quantize_x_blocks(M, G, g1, column, word, portable)
+    group_dot2, group_dot4 = dp4a_group_dot(M, N, words, portable), dp4a_group_dot(
+        M, N, words, portable)
 
     @T.prim_func(s_tir=True)
     def mixed_gemm_cuda_int8(
@@ -124,48 +153,9 @@ def mixed_compute_cuda_int8(spec: MixedSpec, portable: bool = False):
         c1 = T.sblock_alloc_buffer((G2, N), "int32")
         y2 = T.sblock_alloc_buffer((M, N), "float32")
         y4 = T.sblock_alloc_buffer((M, N), "float32")
-        for m, s, j in T.grid(M, G, g1):
-            with T.sblock("x_amax"):
-                vm, vs, vj = T.axis.remap("SSR", [m, s, j])
-                with T.init():
-                    x_amax[vm, vs] = T.min_value("float32")
-                x_amax[vm, vs] = T.max(x_amax[vm, vs], T.fabs(x[vm, order[vs] * g1 + vj]))
-        for m, s in T.grid(M, G):
-            with T.sblock("x_inverse"):
-                vm, vs = T.axis.remap("SS", [m, s])
-                x_inverse[vm, vs] = inverse_of(x_amax[vm, vs], portable)
-        for m, s, w in T.grid(M, G, words):
-            with T.sblock("x_pack"):
-                vm, vs, vw = T.axis.remap("SSS", [m, s, w])
-                xq_words[vm, vs * words + vw] = x_word(x, order, vm, vs, vw, x_inverse[vm, vs],
-                                                       G2, g1)
-        for m, s, j in T.grid(M, G, g1):
-            with T.sblock("x_qsum"):
-                vm, vs, vj = T.axis.remap("SSR", [m, s, j])
-                with T.init():
-                    xq_sum[vm, vs] = 0
-                xq_sum[vm, vs] = xq_sum[vm, vs] + quantized(x[vm, order[vs] * g1 + vj],
-                                                            x_inverse[vm, vs])
-        for m, s in T.grid(M, G):
-            with T.sblock("x_step"):
-                vm, vs = T.axis.remap("SS", [m, s])
-                x_step[vm, vs] = x_amax[vm, vs] * T.float32(1.0 / X_LEVELS)
-        for m, s, n, r in T.grid(M, G2, N, words):
-            with T.sblock("group_dot2"):
-                vm, vs, vn, vr = T.axis.remap("SSSR", [m, s, n, r])
-                with T.init():
-                    dot2[vm, vs, vn] = 0
-                dot2[vm, vs, vn] = dot2[vm, vs, vn] + dp4a(
-                    code_word(codes2, (vs * words + vr) // S2, (vs * words + vr) % S2, vn, 2),
-                    xq_words[vm, vs * words + vr], portable)
-        for m, s, n, r in T.grid(M, G4, N, words):
-            with T.sblock("group_dot4"):
-                vm, vs, vn, vr = T.axis.remap("SSSR", [m, s, n, r])
-                with T.init():
-                    dot4[vm, vs, vn] = 0
-                dot4[vm, vs, vn] = dot4[vm, vs, vn] + dp4a(
-                    code_word(codes4, (vs * words + vr) // S4, (vs * words + vr) % S4, vn, 4),
-                    xq_words[vm, first4 + vs * words + vr], portable)
+        quantize(x, order, x_amax, x_inverse, xq_words, xq_sum, x_step)
+        group_dot2("group_dot2", dot2, codes2, xq_words, 0, G2, 2)
+        group_dot4("group_dot4", dot4, codes4, xq_words, first4, G4, 4)
         for s, n in T.grid(G2, N):
             with T.sblock("scale1"):  # the name of compute.py's block: the spaces place it
                 vs, vn = T.axis.remap("SS", [s, n])

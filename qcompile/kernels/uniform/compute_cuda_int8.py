@@ -129,23 +129,27 @@ def packed_x_word(x, m, first, inverse, bits: int):
     return T.Cast("int32", word)
 
 
-def quantize_x_blocks(M: int, G: int, gsize: int, bits: int, portable: bool = False):
-    """A TIR macro ``(x, x_amax, x_inverse, xq_words, xq_sum, x_step)``: the blocks that
+def quantize_x_blocks(M: int, G: int, gsize: int, column, word, portable: bool = False):
+    """A TIR macro ``(x, order, x_amax, x_inverse, xq_words, xq_sum, x_step)``: the blocks that
     round x [M, K] to int8 per row and group of ``gsize`` (``x_amax``, ``x_inverse``,
-    ``x_pack``, ``x_qsum``, ``x_step``; see the module docstring), shared by the dp4a and the
-    tensor-core computes (a new macro per function: TVM suffixes the block names of a macro's
-    later expansions)."""
+    ``x_pack``, ``x_qsum``, ``x_step``; see the module docstring), shared by the dp4a and
+    tensor-core computes and the mixed family's dp4a compute (a new macro per function: TVM
+    suffixes the block names of a macro's later expansions).
+
+    ``column(order, m, g, r)``: the column of x holding element r of group g (``order``: the
+    macro's argument, the mixed family's group order; the uniform family passes x and ignores
+    it). ``word(x, order, m, g, w, inverse)``: int32 word w of group g's rounded x, in the
+    storage order of the codes it multiplies."""
     group_words = gsize // STEP            # int32 words of x per group
-    levels = float(X_LEVELS)
 
     @T.macro
-    def quantize(x, x_amax, x_inverse, xq_words, xq_sum, x_step):
+    def quantize(x, order, x_amax, x_inverse, xq_words, xq_sum, x_step):
         for m, g, r in T.grid(M, G, gsize):
             with T.sblock("x_amax"):
                 vm, vg, vr = T.axis.remap("SSR", [m, g, r])
                 with T.init():  # the identity of max, so TVM matches a reducer across threads
                     x_amax[vm, vg] = T.min_value("float32")
-                x_amax[vm, vg] = T.max(x_amax[vm, vg], T.fabs(x[vm, vg * gsize + vr]))
+                x_amax[vm, vg] = T.max(x_amax[vm, vg], T.fabs(x[vm, column(order, vm, vg, vr)]))
         for m, g in T.grid(M, G):
             with T.sblock("x_inverse"):
                 vm, vg = T.axis.remap("SS", [m, g])
@@ -153,21 +157,34 @@ def quantize_x_blocks(M: int, G: int, gsize: int, bits: int, portable: bool = Fa
         for m, g, w in T.grid(M, G, group_words):
             with T.sblock("x_pack"):
                 vm, vg, vw = T.axis.remap("SSS", [m, g, w])
-                xq_words[vm, vg * group_words + vw] = packed_x_word(
-                    x, vm, vg * gsize + vw * STEP, x_inverse[vm, vg], bits)
+                xq_words[vm, vg * group_words + vw] = word(x, order, vm, vg, vw,
+                                                           x_inverse[vm, vg])
         for m, g, r in T.grid(M, G, gsize):
             with T.sblock("x_qsum"):
                 vm, vg, vr = T.axis.remap("SSR", [m, g, r])
                 with T.init():
                     xq_sum[vm, vg] = 0
                 xq_sum[vm, vg] = xq_sum[vm, vg] + quantized(
-                    x[vm, vg * gsize + vr], x_inverse[vm, vg])
+                    x[vm, column(order, vm, vg, vr)], x_inverse[vm, vg])
         for m, g in T.grid(M, G):
             with T.sblock("x_step"):
                 vm, vg = T.axis.remap("SS", [m, g])
-                x_step[vm, vg] = x_amax[vm, vg] * T.float32(1.0 / levels)
+                x_step[vm, vg] = x_amax[vm, vg] * T.float32(1.0 / X_LEVELS)
 
     return quantize
+
+
+def uniform_quantize_x_blocks(M: int, G: int, gsize: int, bits: int, portable: bool = False):
+    """:func:`quantize_x_blocks` for the uniform family: groups of consecutive rows of K, x in
+    the byte planes' storage order (call it with x in place of ``order``)."""
+
+    def column(order, m, g, r):
+        return g * gsize + r
+
+    def word(x, order, m, g, w, inverse):
+        return packed_x_word(x, m, g * gsize + w * STEP, inverse, bits)
+
+    return quantize_x_blocks(M, G, gsize, column, word, portable)
 
 
 def uniform_compute_cuda_int8(spec: UniformSpec, portable: bool = False):
@@ -180,7 +197,7 @@ def uniform_compute_cuda_int8(spec: UniformSpec, portable: bool = False):
     S = steps_per_unit(bits)
     group_steps = gsize // STEP            # dp4a steps per group and column
     attrs = {**spec.func_attrs(), COMPUTE_ATTR: COMPUTE_NAME}
-    quantize = quantize_x_blocks(M, G, gsize, bits, portable)
+    quantize = uniform_quantize_x_blocks(M, G, gsize, bits, portable)
 
     @T.prim_func(s_tir=True)
     def uniform_gemm_cuda_int8(
@@ -197,7 +214,7 @@ def uniform_compute_cuda_int8(spec: UniformSpec, portable: bool = False):
         x_step = T.sblock_alloc_buffer((M, G), "float32")
         x_inverse = T.sblock_alloc_buffer((M, G), "float32")
         dot = T.sblock_alloc_buffer((M, G, N), "int32")
-        quantize(x, x_amax, x_inverse, xq_words, xq_sum, x_step)
+        quantize(x, x, x_amax, x_inverse, xq_words, xq_sum, x_step)
         for m, g, n, r in T.grid(M, G, N, group_steps):
             with T.sblock("group_dot"):
                 vm, vg, vn, vr = T.axis.remap("SSSR", [m, g, n, r])

@@ -5,7 +5,7 @@ The dp4a kernel (compute_cuda_int8.py) issues one instruction per 4 codes and ro
 on an H200 it is bound by instruction issue (8192x28672: 137 us, 0.9x fp16 ``linear``). One
 ``mma.sync`` multiplies a 16 x 32 tile of x by 32 x 8 codes: 4096 products per warp instruction
 where dp4a gives 128. The arithmetic is the dp4a kernel's, x rounded to int8 per row and group
-by the same blocks (:func:`~qcompile.kernels.uniform.compute_cuda_int8.quantize_x_blocks`),
+by the same blocks (:func:`~qcompile.kernels.uniform.compute_cuda_int8.uniform_quantize_x_blocks`),
 codes the same words, grouped for the fragments (layout ``mma_words``, below):
 
     y[m, n] = sum_g s[g, n] * amax[m, g] / 127 * (dot[m, g, n] - z[g, n] * xqsum[m, g])
@@ -43,7 +43,7 @@ from __future__ import annotations
 from qcompile._tvm import T
 from qcompile.errors import SpecError
 from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
-from qcompile.kernels.uniform.compute_cuda_int8 import quantize_x_blocks, steps_per_unit
+from qcompile.kernels.uniform.compute_cuda_int8 import steps_per_unit, uniform_quantize_x_blocks
 from qcompile.kernels.uniform.compute_int8 import STEP, unit_rows
 from qcompile.kernels.uniform.spec import UniformSpec
 
@@ -148,7 +148,7 @@ def uniform_compute_cuda_mma(spec: UniformSpec, tiles: int = TILES_PER_WARP,
         the odd ones, each a contiguous half: :func:`unit_position`)."""
         return (lane % 4) // 2 * (UG // 2) if bits == 4 else 0
     attrs = {**spec.func_attrs(), COMPUTE_ATTR: COMPUTE_NAME}
-    quantize = quantize_x_blocks(M, G, gsize, bits)
+    quantize = uniform_quantize_x_blocks(M, G, gsize, bits)
 
     @T.macro
     def load_words(qweight, raw, slot, group, vw, vl):
@@ -207,7 +207,7 @@ def uniform_compute_cuda_mma(spec: UniformSpec, tiles: int = TILES_PER_WARP,
         xq_sum = T.sblock_alloc_buffer((M, G), "int32")
         x_step = T.sblock_alloc_buffer((M, G), "float32")
         partial = T.sblock_alloc_buffer((W, KS, M, columns), "float32")
-        quantize(x, x_amax, x_inverse, xq_words, xq_sum, x_step)
+        quantize(x, x, x_amax, x_inverse, xq_words, xq_sum, x_step)
         for warp, part, lane in T.grid(W, KS, 32):
             with T.sblock("warp_gemm"):
                 vw, vs, vl = T.axis.remap("SSS", [warp, part, lane])

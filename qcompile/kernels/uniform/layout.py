@@ -102,16 +102,18 @@ def has_block(sch, name: str) -> bool:
 
 def layout_of(func) -> dict | None:
     """The layout a scheduled PrimFunc reads its weights in; None for GPTQ's layout."""
+    from qcompile.kernels.base import SPEC_ATTR
+    from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
     from qcompile.kernels.uniform.compute_cuda_int8 import COMPUTE_NAME as CUDA_INT8
     from qcompile.kernels.uniform.compute_cuda_mma import COMPUTE_NAME as CUDA_MMA
 
-    compute = str(func.attrs.get("qcompile.compute", "")) if func.attrs is not None else ""
+    compute = str(func.attrs.get(COMPUTE_ATTR, "")) if func.attrs is not None else ""
     if compute == CUDA_INT8:
         return plane_words()
     if compute == CUDA_MMA:
         import json
 
-        bits = json.loads(str(func.attrs["qcompile.spec"]))["bits"]
+        bits = json.loads(str(func.attrs[SPEC_ATTR]))["bits"]
         qweight = next(p for p in func.params if p.name == "qweight")
         return mma_words(bits, int(qweight.shape[2]))
     for param in func.params:  # TVM 0.27: a parameter is its buffer (name, shape)
