@@ -23,6 +23,7 @@ def sketch(sch: Schedule, spec: UniformSpec, hw: GpuHardware, fixed: dict | None
     (``threadIdx.y``) over the K slices, their partial sums in shared memory, added by all of
     the block's threads."""
     check_spec(spec)
+    sch.compute_inline(sch.get_sblock("x_rows"))
     fragment_layouts(sch)
     quantize_x(sch, spec)
     gemm = sch.get_sblock("warp_gemm")
@@ -42,14 +43,14 @@ def sketch(sch: Schedule, spec: UniformSpec, hw: GpuHardware, fixed: dict | None
 
 
 def fragment_layouts(sch: Schedule) -> None:
-    """Store the quantized x as the GEMM reads it: ``xq_words`` [M, K/4] in fragment order
-    [K/32, 32 lanes, 4 registers] (so one load instruction of a warp reads 128 contiguous bytes,
-    one L1 wavefront, where rows of x are 8 wavefronts), and x's group scales and sums
-    [M, G] as [G, M] (a warp's 16 rows contiguous)."""
+    """Store the quantized x (16 rows) as the GEMM reads it: ``xq_words`` [16, K/4] in fragment
+    order [K/32, 32 lanes, 4 registers] (a lane's 4 registers one 128-bit load, a warp's load
+    512 contiguous bytes where rows of x are 8 wavefronts), and x's group steps and sums
+    [16, G] as [G, 8, 2] (rows r and r + 8, which a lane reads, together)."""
     sch.transform_layout(sch.get_sblock("x_pack"), ("write", 0), lambda m, w: (
         w // 8, (m % 8) * 4 + w % 4, m // 8 + 2 * (w % 8 // 4)), assume_injective_transform=True)
     for block in ("x_step", "x_qsum"):
-        sch.transform_layout(sch.get_sblock(block), ("write", 0), lambda m, g: (g, m))
+        sch.transform_layout(sch.get_sblock(block), ("write", 0), lambda m, g: (g, m % 8, m // 8))
 
 
 def heuristic_schedule(sch: Schedule, spec: UniformSpec, hw: GpuHardware) -> Schedule:

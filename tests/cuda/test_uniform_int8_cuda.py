@@ -14,6 +14,8 @@ from qcompile import _tvm
 from qcompile.build import build, build_untuned
 from qcompile.kernels import UniformSpec, get_family
 from qcompile.kernels.uniform import layout
+from qcompile.kernels.uniform.compute_cuda_int8 import uniform_compute_cuda_int8
+from qcompile.kernels.uniform.compute_cuda_mma import uses_tensor_cores
 from qcompile.kernels.uniform.compute_int8 import quantized_activations
 from qcompile.testing.kernels import relative_error
 from qcompile.tune import tune
@@ -55,7 +57,7 @@ def test_untuned_kernels_are_correct(tmp_path, bits, group_size, m):
 def test_every_sketch_matches_reference(x_stage, knobs):
     spec = UniformSpec(k=2048, n=1024, bits=4, group_size=128, m=2, int8_activations=True)
     hw = PRESET.hardware()
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(uniform_compute_cuda_int8(spec))  # M = 2 takes tensor cores
     sch = uniform_int8.sketch(_tvm.Schedule(mod), spec, hw, x_stage, knobs)
     function = _tvm.tvm.compile(sch.mod, target=_tvm.Target(PRESET.tvm_target(hw)))[spec.name()]
 
@@ -77,7 +79,8 @@ def test_large_layer_is_correct(tmp_path):
 
 
 def test_tune_then_build_and_run(tmp_path):
-    spec = UniformSpec(k=1024, n=1024, m=1, int8_activations=True)
+    spec = UniformSpec(k=1024, n=2048, m=1, int8_activations=True)
+    assert not uses_tensor_cores(spec)          # one row of a wide layer: dp4a, sampled knobs
     storage = Storage(f"sqlite:///{tmp_path / 'tuning.sqlite'}")
     summary = tune(spec, PRESET, trials=4, storage=storage, progress=False)
     assert summary.best_us is not None and summary.trials == 4

@@ -6,12 +6,14 @@ on an H200 it is bound by instruction issue (8192x28672: 137 us, 0.9x fp16 ``lin
 ``mma.sync`` multiplies a 16 x 32 tile of x by 32 x 8 codes: 4096 products per warp instruction
 where dp4a gives 128. The arithmetic is the dp4a kernel's, x rounded to int8 per row and group
 by the same blocks (:func:`~qcompile.kernels.uniform.compute_cuda_int8.uniform_quantize_x_blocks`),
-codes the same words, grouped for the fragments (layout ``mma_words``, below):
+codes the same words, grouped for the fragments (layout ``mma_tiles``, below):
 
     y[m, n] = sum_g s[g, n] * amax[m, g] / 127 * (dot[m, g, n] - z[g, n] * xqsum[m, g])
     dot[m, g, n] = sum over the group's k-steps of mma(x tile, code tile)      (int32, exact)
 
-Rows of x past M are zeros in the x fragments (M < 16 wastes the rest of the tile, not memory).
+Rows of x past M are zeros (block ``x_rows``, inlined by the schedule): x is rounded and laid
+out as 16 rows whatever M, so the GEMM is the same for M = 1..16 (its rows past M multiply
+zeros: compute, not memory).
 
 Unlike the dp4a compute, the GEMM here is written per warp lane, because a tensor-core
 instruction is collective: block ``warp_gemm`` runs for one lane of one warp (loops ``warp``
@@ -32,10 +34,16 @@ while this one multiplies (two register buffers). Per group it applies the zero-
 scales to its sums in float32; at the end it writes its 16 float sums into ``partial``, which
 block ``k_sum`` adds up over the slices.
 
-Operands: x float32 [M, K]; qweight int32 [G, N, U_g], the dp4a kernel's words with each group's
-U_g words of a column together, in :func:`unit_position`'s order (layout ``mma_words``,
-uniform/layout.py), so a lane's words for a group are one run of 128-bit loads; scales float16
-[G, N], zeros uint8 [G, N], y float32 [M, N].
+Every operand is laid out so that a lane's values for a group are few wide loads (an H200 at
+M = 16 was bound by L1 load instructions: 44 per lane and group with scalar loads, 18 now):
+the codes (:func:`word_position`) and the x fragments (the schedule's layout) in 128-bit loads
+that are contiguous across the warp, the lane's scales and zeros (:func:`scale_position`) in
+one 128-bit and one 64-bit load, x's steps and sums of its two rows in one 64-bit load each.
+
+Operands: x float32 [M, K]; qweight int32 [G, N/8, 8 U_g], the dp4a kernel's words (U_g per
+group and column), each group's words of an 8-column tile together in :func:`word_position`'s
+order; scales float16 [G, N] and zeros uint8 [G, N], each warp's 32 columns in
+:func:`scale_position`'s order (layout ``mma_tiles``, uniform/layout.py); y float32 [M, N].
 """
 
 from __future__ import annotations
@@ -47,7 +55,10 @@ from qcompile.kernels.uniform.compute_cuda_int8 import steps_per_unit, uniform_q
 from qcompile.kernels.uniform.compute_int8 import STEP, unit_rows
 from qcompile.kernels.uniform.spec import UniformSpec
 
-COMPUTE_NAME = "uniform.cuda_mma.v1"
+COMPUTE_NAME = "uniform.cuda_mma.v2"
+#: Function attribute holding the tiles per warp (the ``mma_tiles`` layout of scales and zeros
+#: depends on it).
+TILES_ATTR = "qcompile.mma_tiles_per_warp"
 #: The mma shape: rows of x, columns of W, rows of K per instruction.
 TILE_M, TILE_N, TILE_K = 16, 8, 32
 #: Tiles of 8 columns per warp: each x fragment feeds this many mma.
@@ -55,16 +66,21 @@ TILES_PER_WARP = 4
 #: Columns per warp.
 WARP_COLUMNS = TILE_N * TILES_PER_WARP
 #: Warps over K per 32 columns (their float sums meet in ``k_sum``).
-K_SPLITS = (1, 2, 4, 8)
+K_SPLITS = (1, 2, 4, 8, 16)
 #: Fewest groups a warp walks.
-MIN_GROUPS_PER_WARP = 4
-#: Warps the grid should hold: 12 per SM of an H200 (132 SMs).
+MIN_GROUPS_PER_WARP = 2
+#: Warps the grid should hold: 12 per SM of an H200 (132 SMs). The GEMM takes about 121
+#: registers a thread (4 warps of each SM quarter), so up to 16 warps per SM run at once: grids
+#: of up to 2112 warps are one wave (8192x28672: 1792; 28672x8192 and 8192x8192: 2048). At 136
+#: registers (3 warps a quarter) 8192x28672 ran in 1.13 waves: 63 us against 39.
 TARGET_WARPS = 12 * 132
 #: Group sizes the kernel takes.
 GROUP_SIZES = (32, 64, 128)
-#: Fewest rows of x for which the int8 CUDA kernel is this one (:func:`uses_tensor_cores`).
-MIN_ROWS = 8
+#: At one row of x, layers at least this many times wider than deep keep the dp4a kernel
+#: (:func:`uses_tensor_cores`).
+DP4A_MIN_WIDTH_RATIO = 2
 _WORDS = TILE_K // STEP                     # int32 words of x (and code steps) per k-step
+_VEC = 4                                    # int32 words per 128-bit load
 
 
 def problems_with(spec: UniformSpec) -> list[str]:
@@ -92,18 +108,27 @@ def check_spec(spec: UniformSpec) -> None:
 
 
 def uses_tensor_cores(spec: UniformSpec) -> bool:
-    """Whether an int8-activation spec's CUDA kernel is this one rather than the dp4a one: from
-    :data:`MIN_ROWS` rows of x on (H200, 8192x28672: M = 8 47.6 us against 83.2 for dp4a,
-    M = 16 58.0 against 136.9; M = 4 54.8 against 44.1) where the layout fits."""
-    return spec.int8_activations and spec.m >= MIN_ROWS and not problems_with(spec)
+    """Whether an int8-activation spec's CUDA kernel is this one rather than the dp4a one: where
+    the layout fits, from 2 rows of x on, and at one row unless the layer is
+    :data:`DP4A_MIN_WIDTH_RATIO` times wider (N) than deep (K), where dp4a's blocks over the
+    columns alone fill the GPU. H200, 2026-11-24, one run (tools/results/h200/
+    uniform_mma_rows_ab.json), tensor cores against dp4a: M = 1 8192x28672 37.7 against 34.5 us,
+    28672x8192 37.0 against 44.1, 8192x8192 13.3 against 16.4, 4096x4096 7.2 against 8.1;
+    M = 2 37.8 against 38.5 (8192x28672) and 37.0 against 51.2 (28672x8192); M = 4 38.0
+    against 44.3 and 37.1 against 57.1."""
+    if not spec.int8_activations or problems_with(spec):
+        return False
+    return spec.m > 1 or spec.n < DP4A_MIN_WIDTH_RATIO * spec.k
 
 
 def k_split(spec: UniformSpec) -> int:
     """Warps that share one 32-column slice of the GEMM, each over a slice of the groups: the
     fewest of :data:`K_SPLITS` that give the grid :data:`TARGET_WARPS` warps, within those that
-    divide the group count and leave each warp :data:`MIN_GROUPS_PER_WARP` groups or more
-    (H200, M = 16: 8192x28672 2 warps 58.0 us, 4 60.3, 8 65.7; 28672x8192 8 warps 58.3, 4 80.0,
-    2 142.3; 4096x4096 8 warps 10.4, 4 13.9, 2 22.8)."""
+    divide the group count and leave each warp :data:`MIN_GROUPS_PER_WARP` groups or more. A warp
+    walks its groups one after the other, so short layers want many slices (H200, M = 16, before
+    the mma_tiles layout: 8192x28672 2 warps 58.0 us, 4 60.3, 8 65.7; 28672x8192 8 warps 58.3,
+    4 80.0, 2 142.3; 4096x4096 8 warps 10.4, 4 13.9, 2 22.8; after it, 4096x4096 16 warps 6.7 us
+    against 7.2 for 8 at M = 1, 7.1 against 7.5 at M = 16: uniform_mma_ksplit_ab.json)."""
     fits = [v for v in K_SPLITS if spec.groups % v == 0
             and spec.groups // v >= MIN_GROUPS_PER_WARP] or [1]
     slices = spec.n // WARP_COLUMNS
@@ -115,14 +140,36 @@ def units_per_group(spec: UniformSpec) -> int:
     return spec.effective_group_size // unit_rows(spec.bits)
 
 
-def unit_position(unit: int, bits: int, group_units: int) -> int:
-    """Where the ``mma_words`` layout stores unit ``unit`` of a group (of ``group_units``) for
-    one column. A lane reads code steps t and t + 4 of every k-step: at 2 bits units 2 ks and
-    2 ks + 1 for every lane (natural order), at 4 bits the units of parity t // 2 (even units
-    first, then odd ones), so each lane's words are one contiguous run."""
-    if bits == 4:
-        return unit % 2 * (group_units // 2) + unit // 2
-    return unit
+def runs_per_column(bits: int) -> int:
+    """Runs of words a column's group splits into, one per lane that shifts them differently:
+    at 4 bits lanes t = 0, 1 read the even units and t = 2, 3 the odd ones (2 runs); at 2 bits
+    all four lanes read all units (1 run)."""
+    return 2 if bits == 4 else 1
+
+
+def word_position(column: int, unit: int, bits: int, group_units: int) -> int:
+    """Where the ``mma_tiles`` layout stores unit ``unit`` of a group for column ``column`` of
+    its 8-column tile, among the tile's ``8 * group_units`` words of that group.
+
+    A lane reads one run of its column (the even or odd units at 4 bits, all at 2), in vectors
+    of up to 4 words; vector ``v`` of every run of the tile's 8 columns is stored together
+    (column-major, runs inside), so the warp's load of vector ``v`` is one contiguous stretch
+    of 8 x runs x 16 bytes (256 at 4 bits) where a column-major layout spreads it over 8 rows.
+    """
+    runs = runs_per_column(bits)
+    run_words = group_units // runs
+    vec = min(_VEC, run_words)
+    run, index = (unit % 2, unit // 2) if runs == 2 else (0, unit)
+    return (index // vec) * (TILE_N * runs * vec) + column * (runs * vec) + run * vec + index % vec
+
+
+def scale_position(column: int, tiles: int = TILES_PER_WARP) -> int:
+    """Where the ``mma_tiles`` layout stores the scale and zero of ``column`` (0 .. 8 * tiles - 1)
+    among its warp's columns: lane thread t needs columns 2t and 2t + 1 of every tile, so those
+    ``2 * tiles`` values are stored together (one 128-bit load of scales, 64-bit of zeros)."""
+    tile, inside = divmod(column, TILE_N)
+    thread, pair = divmod(inside, 2)
+    return thread * 2 * tiles + tile * 2 + pair
 
 
 def uniform_compute_cuda_mma(spec: UniformSpec, tiles: int = TILES_PER_WARP,
@@ -140,79 +187,100 @@ def uniform_compute_cuda_mma(spec: UniformSpec, tiles: int = TILES_PER_WARP,
     GS = G // KS                            # groups per K slice
     mask = {2: 0x03030303, 4: 0x0F0F0F0F}[bits]
     UG = units_per_group(spec)              # packed words per group and column
-    lane_words = 2 * k_steps                # of them, a lane reads
-    vec = min(4, lane_words)                # words per vector load
-
-    def lane_base(lane):
-        """First word of a lane's run (4-bit: the lanes t = 0, 1 take the even units, t = 2, 3
-        the odd ones, each a contiguous half: :func:`unit_position`)."""
-        return (lane % 4) // 2 * (UG // 2) if bits == 4 else 0
-    attrs = {**spec.func_attrs(), COMPUTE_ATTR: COMPUTE_NAME}
-    quantize = uniform_quantize_x_blocks(M, G, gsize, bits)
+    runs = runs_per_column(bits)
+    lane_words = UG // runs                 # words of a column and group a lane reads
+    vec = min(_VEC, lane_words)             # words per vector load
+    run_stride = TILE_N * runs * vec        # words between a run's vectors (word_position)
+    attrs = {**spec.func_attrs(), COMPUTE_ATTR: COMPUTE_NAME, TILES_ATTR: tiles}
+    # x is rounded as 16 rows (``x_rows``: zeros past M, inlined by the schedule), so every
+    # fragment load is one vector whatever M, and rows past M multiply zeros
+    quantize = uniform_quantize_x_blocks(TILE_M, G, gsize, bits)
 
     @T.macro
-    def load_words(qweight, raw, slot, group, vw, vl):
-        # the lane's words of its column (tile t): contiguous in the mma_words layout
+    def load_x(xq_words, a, group, ks, vl):
+        # x rows l/4 (+8 for odd i), words t (+4 for i >= 2): the fragment layout of the schedule
+        # stores the four together, one 128-bit load
+        for i in T.vectorized(4):
+            a[i] = xq_words[vl // 4 + 8 * (i % 2),
+                            group * group_words + ks * _WORDS + vl % 4 + 4 * (i // 2)]
+
+    @T.macro
+    def load_factors(xq_sum, x_step, scales, zeros, group, vw, vl, sc, zr, xs, xn):
+        # the lane's 2 * tiles scales and zeros, together in the mma_tiles layout
+        sc[T.ramp(0, 1, 2 * tiles)] = scales[
+            group, T.ramp(vw * columns + (vl % 4) * 2 * tiles, 1, 2 * tiles)]
+        zr[T.ramp(0, 1, 2 * tiles)] = zeros[
+            group, T.ramp(vw * columns + (vl % 4) * 2 * tiles, 1, 2 * tiles)]
+        # x's step and sum of rows l/4 and l/4 + 8 (together in the schedule's layout)
+        for r in T.vectorized(2):
+            xs[r] = x_step[vl // 4 + 8 * r, group]
+        for r in T.vectorized(2):
+            xn[r] = xq_sum[vl // 4 + 8 * r, group]
+
+    @T.macro
+    def load_vector(qweight, raw, v, group, vw, vl):
+        # vector v of the lane's run of every tile (column l/4, run t // 2 at 4 bits)
         for t in T.unroll(tiles):
-            for v in T.unroll(lane_words // vec):
-                raw[slot, t, T.ramp(v * vec, 1, vec)] = qweight[
-                    group, vw * columns + t * TILE_N + vl // 4,
-                    T.ramp(lane_base(vl) + v * vec, 1, vec)]
+            raw[t, T.ramp(v * vec, 1, vec)] = qweight[
+                group, vw * tiles + t,
+                T.ramp(v * run_stride + (vl // 4) * runs * vec + (vl % 4) // 2 % runs * vec,
+                       1, vec)]
 
     @T.macro
-    def group_gemm(xq_words, xq_sum, x_step, scales, zeros, raw, slot, group, vw, vl, a, b, c,
-                   acc):
+    def group_gemm(xq_words, xq_sum, x_step, qweight, scales, zeros, group, more, vw, vl, a, b,
+                   c, acc, raw, sc, zr, xs, xn):
+        # multiplies group ``group`` (its words in raw, factors in sc, zr, xs, xn); when ``more``,
+        # refills each register with group + 1's as soon as it is used, so a whole group's
+        # loads are in flight while this one multiplies, in one buffer
         for t in T.unroll(tiles):
             for i in T.unroll(4):
                 c[t, i] = 0
         for ks in T.unroll(k_steps):
-            for i in T.unroll(4):  # x rows l/4 (+8 for odd i), words t (+4 for i >= 2)
-                a[i] = T.if_then_else(
-                    vl // 4 + 8 * (i % 2) < M,
-                    xq_words[T.min(vl // 4 + 8 * (i % 2), M - 1),
-                             group * group_words + ks * _WORDS + vl % 4 + 4 * (i // 2)],
-                    0)
+            load_x(xq_words, a, group, ks, vl)
             for t in T.unroll(tiles):
                 for i in T.unroll(2):  # codes of column l/4, steps t (+4): one shift, one AND
                     b[t, i] = T.bitwise_and(
-                        T.shift_right(raw[slot, t, 2 * ks + i], T.Cast("int32", (vl % S) * bits)),
+                        T.shift_right(raw[t, 2 * ks + i], T.Cast("int32", (vl % S) * bits)),
                         T.int32(mask))
                 T.evaluate(T.ptx_legacy.mma(
                     "m16n8k32", "row", "col", "int8", "int8", "int32",
                     a.data, 0, b.data, t * 2, c.data, t * 4, False, dtype="int32"))
+            if (2 * ks + 2) % vec == 0 and more:  # vector (2 ks + 1) // vec is used up
+                load_vector(qweight, raw, (2 * ks + 1) // vec, group + 1, vw, vl)
         for t in T.unroll(tiles):
             for i in T.unroll(4):  # rows l/4 (+8 for i >= 2), columns 2t (+1)
-                acc[t, i] = acc[t, i] + T.if_then_else(
-                    vl // 4 + 8 * (i // 2) < M,
-                    T.Cast("float32", scales[group, vw * columns + t * TILE_N
-                                             + (vl % 4) * 2 + i % 2])
-                    * x_step[T.min(vl // 4 + 8 * (i // 2), M - 1), group]
-                    * T.Cast("float32", c[t, i] - T.Cast("int32", zeros[
-                        group, vw * columns + t * TILE_N + (vl % 4) * 2 + i % 2])
-                        * xq_sum[T.min(vl // 4 + 8 * (i // 2), M - 1), group]),
-                    T.float32(0))
+                acc[t, i] = acc[t, i] + T.Cast("float32", sc[t * 2 + i % 2]) * xs[i // 2] * T.Cast(
+                    "float32", c[t, i] - T.Cast("int32", zr[t * 2 + i % 2]) * xn[i // 2])
+        if more:
+            load_factors(xq_sum, x_step, scales, zeros, group + 1, vw, vl, sc, zr, xs, xn)
 
     @T.prim_func(s_tir=True)
     def uniform_gemm_cuda_mma(
         x: T.Buffer((M, K), "float32"),
-        qweight: T.Buffer((G, N, UG), "int32"),
+        qweight: T.Buffer((G, N // TILE_N, TILE_N * UG), "int32"),
         scales: T.Buffer((G, N), "float16"),
         zeros: T.Buffer((G, N), "uint8"),
         y: T.Buffer((M, N), "float32"),
     ):
         T.func_attr(attrs)
-        x_amax = T.sblock_alloc_buffer((M, G), "float32")
-        x_inverse = T.sblock_alloc_buffer((M, G), "float32")
-        xq_words = T.sblock_alloc_buffer((M, K // STEP), "int32")
-        xq_sum = T.sblock_alloc_buffer((M, G), "int32")
-        x_step = T.sblock_alloc_buffer((M, G), "float32")
+        x_rows = T.sblock_alloc_buffer((TILE_M, K), "float32")
+        x_amax = T.sblock_alloc_buffer((TILE_M, G), "float32")
+        x_inverse = T.sblock_alloc_buffer((TILE_M, G), "float32")
+        xq_words = T.sblock_alloc_buffer((TILE_M, K // STEP), "int32")
+        xq_sum = T.sblock_alloc_buffer((TILE_M, G), "int32")
+        x_step = T.sblock_alloc_buffer((TILE_M, G), "float32")
         partial = T.sblock_alloc_buffer((W, KS, M, columns), "float32")
-        quantize(x, x, x_amax, x_inverse, xq_words, xq_sum, x_step)
+        for m, k in T.grid(TILE_M, K):
+            with T.sblock("x_rows"):
+                vm, vk = T.axis.remap("SS", [m, k])
+                x_rows[vm, vk] = T.if_then_else(vm < M, x[T.min(vm, M - 1), vk], T.float32(0))
+        quantize(x_rows, x_rows, x_amax, x_inverse, xq_words, xq_sum, x_step)
         for warp, part, lane in T.grid(W, KS, 32):
             with T.sblock("warp_gemm"):
                 vw, vs, vl = T.axis.remap("SSS", [warp, part, lane])
-                T.reads(xq_words[0:M, 0:K // STEP], xq_sum[0:M, 0:G], x_step[0:M, 0:G],
-                        qweight[0:G, vw * columns:vw * columns + columns, 0:UG],
+                T.reads(xq_words[0:TILE_M, 0:K // STEP], xq_sum[0:TILE_M, 0:G],
+                        x_step[0:TILE_M, 0:G],
+                        qweight[0:G, vw * tiles:vw * tiles + tiles, 0:TILE_N * UG],
                         scales[0:G, vw * columns:vw * columns + columns],
                         zeros[0:G, vw * columns:vw * columns + columns])
                 T.writes(partial[vw, vs, 0:M, 0:columns])
@@ -220,23 +288,19 @@ def uniform_compute_cuda_mma(spec: UniformSpec, tiles: int = TILES_PER_WARP,
                 b = T.sblock_alloc_buffer((tiles, 2), "int32", scope="local")
                 c = T.sblock_alloc_buffer((tiles, 4), "int32", scope="local")
                 acc = T.sblock_alloc_buffer((tiles, 4), "float32", scope="local")
-                raw = T.sblock_alloc_buffer((2, tiles, lane_words), "int32", scope="local")
+                raw = T.sblock_alloc_buffer((tiles, lane_words), "int32", scope="local")
+                sc = T.sblock_alloc_buffer((2 * tiles,), "float16", scope="local")
+                zr = T.sblock_alloc_buffer((2 * tiles,), "uint8", scope="local")
+                xs = T.sblock_alloc_buffer((2,), "float32", scope="local")
+                xn = T.sblock_alloc_buffer((2,), "int32", scope="local")
                 for t, i in T.grid(tiles, 4):
                     acc[t, i] = T.float32(0)
-                # two register buffers of packed words: group g + 1's loads are in flight
-                # while group g is multiplied
-                load_words(qweight, raw, 0, vs * GS, vw, vl)
-                for pair in T.serial(GS // 2):
-                    load_words(qweight, raw, 1, vs * GS + 2 * pair + 1, vw, vl)
-                    group_gemm(xq_words, xq_sum, x_step, scales, zeros, raw, 0,
-                               vs * GS + 2 * pair, vw, vl, a, b, c, acc)
-                    if 2 * pair + 2 < GS:
-                        load_words(qweight, raw, 0, vs * GS + 2 * pair + 2, vw, vl)
-                    group_gemm(xq_words, xq_sum, x_step, scales, zeros, raw, 1,
-                               vs * GS + 2 * pair + 1, vw, vl, a, b, c, acc)
-                if GS % 2 == 1:
-                    group_gemm(xq_words, xq_sum, x_step, scales, zeros, raw, 0,
-                               vs * GS + GS - 1, vw, vl, a, b, c, acc)
+                for v in T.unroll(lane_words // vec):
+                    load_vector(qweight, raw, v, vs * GS, vw, vl)
+                load_factors(xq_sum, x_step, scales, zeros, vs * GS, vw, vl, sc, zr, xs, xn)
+                for step in T.serial(GS):
+                    group_gemm(xq_words, xq_sum, x_step, qweight, scales, zeros, vs * GS + step,
+                               step + 1 < GS, vw, vl, a, b, c, acc, raw, sc, zr, xs, xn)
                 for t, i in T.grid(tiles, 4):
                     if vl // 4 + 8 * (i // 2) < M:
                         partial[vw, vs, vl // 4 + 8 * (i // 2),

@@ -20,9 +20,11 @@ a scheduled function (the build writes it into the manifest; ``Kernel.prepare`` 
 ``plane_words`` is the CUDA dp4a kernel's (compute_cuda_int8.py): the CPU int8 kernel's byte
 planes, uint8 [U, P, N, 4], read as int32 words [U, P, N] (the same bytes), so one register holds
 the 4 bytes a ``dp4a`` takes. Its compute, not its schedule, fixes it; :func:`layout_of` knows it
-by the function's compute name. ``mma_words`` is the tensor-core kernel's (compute_cuda_mma.py):
-the same words with each group's words of a column together, [G, N, units per group], in the
-order the mma fragments read them (one contiguous run per lane).
+by the function's compute name. ``mma_tiles`` is the tensor-core kernel's (compute_cuda_mma.py):
+the same words grouped per group and 8-column tile, [G, N/8, 8 * units per group], in the order
+a warp's fragment loads read them (compute_cuda_mma.word_position: each warp load one
+contiguous stretch), and scales and zeros with each lane's values of a warp's columns together
+(compute_cuda_mma.scale_position).
 
 Z-order (the paper's option for blocks of K x N) is not used: with one pass over the weights per
 GEMV and whole-K column tiles, tiles are already read in address order; a Z curve would only
@@ -39,9 +41,10 @@ N_TILED = "n_tiled"
 #: read as int32 words [U, P, N], 4 codes per byte lane for ``dp4a`` (compute_cuda_int8.py).
 PLANE_WORDS = "plane_words"
 
-#: The tensor-core kernel's codes (compute_cuda_mma.py): the words of each group and column
-#: together, [G, N, units per group], in compute_cuda_mma.unit_position's order.
-MMA_WORDS = "mma_words"
+#: The tensor-core kernel's operands (compute_cuda_mma.py): codes [G, N/8, 8 * units per group]
+#: in compute_cuda_mma.word_position's order, scales and zeros [G, N] with the columns of each
+#: warp in compute_cuda_mma.scale_position's order.
+MMA_TILES = "mma_tiles"
 
 #: Operands the layout rewrites, with the block that reads each.
 _OPERANDS = (("qweight", "group_dot"), ("scales", "combine"), ("zeros", "combine"))
@@ -57,9 +60,11 @@ def plane_words() -> dict:
     return {"kind": PLANE_WORDS}
 
 
-def mma_words(bits: int, group_units: int) -> dict:
-    """The layout descriptor ``{"kind": "mma_words", "bits": b, "group_units": U}``."""
-    return {"kind": MMA_WORDS, "bits": int(bits), "group_units": int(group_units)}
+def mma_tiles(bits: int, group_units: int, tiles: int) -> dict:
+    """The layout descriptor ``{"kind": "mma_tiles", "bits": b, "group_units": U,
+    "tiles": t}`` (:data:`MMA_TILES`; ``tiles``: 8-column tiles per warp)."""
+    return {"kind": MMA_TILES, "bits": int(bits), "group_units": int(group_units),
+            "tiles": int(tiles)}
 
 
 def apply(sch, n: int, tile_n: int) -> None:
@@ -106,6 +111,7 @@ def layout_of(func) -> dict | None:
     from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
     from qcompile.kernels.uniform.compute_cuda_int8 import COMPUTE_NAME as CUDA_INT8
     from qcompile.kernels.uniform.compute_cuda_mma import COMPUTE_NAME as CUDA_MMA
+    from qcompile.kernels.uniform.compute_cuda_mma import TILE_N, TILES_ATTR
 
     compute = str(func.attrs.get(COMPUTE_ATTR, "")) if func.attrs is not None else ""
     if compute == CUDA_INT8:
@@ -115,7 +121,7 @@ def layout_of(func) -> dict | None:
 
         bits = json.loads(str(func.attrs[SPEC_ATTR]))["bits"]
         qweight = next(p for p in func.params if p.name == "qweight")
-        return mma_words(bits, int(qweight.shape[2]))
+        return mma_tiles(bits, int(qweight.shape[2]) // TILE_N, int(func.attrs[TILES_ATTR]))
     for param in func.params:  # TVM 0.27: a parameter is its buffer (name, shape)
         if param.name == "qweight":
             shape = [int(d) for d in param.shape]
@@ -140,11 +146,11 @@ def pack(tensors: dict, layout: dict | None) -> dict:
         return dict(tensors)
     if layout.get("kind") == PLANE_WORDS:
         return {**tensors, "qweight": plane_words_of(tensors["qweight"])}
-    if layout.get("kind") == MMA_WORDS:
-        return {**tensors, "qweight": _mma_words_of(plane_words_of(tensors["qweight"]), layout)}
+    if layout.get("kind") == MMA_TILES:
+        return {**tensors, **_mma_tiles_of(tensors, layout)}
     if layout.get("kind") != N_TILED:
         raise SpecError(f"unknown weight layout {layout!r}; known: {N_TILED}, {PLANE_WORDS}, "
-                        f"{MMA_WORDS}")
+                        f"{MMA_TILES}")
     tile = int(layout["tile_n"])
     out = dict(tensors)
     for name, _ in _OPERANDS:
@@ -179,24 +185,40 @@ def plane_words_of(planes):
     return planes.contiguous().view(torch.int32).squeeze(-1).contiguous()
 
 
-def _mma_words_of(words, layout: dict):
-    """int32 words [U, 1, N] (torch) -> [G, N, group_units], each group's units in
-    compute_cuda_mma.unit_position's order (new memory)."""
+def _mma_tiles_of(tensors: dict, layout: dict) -> dict:
+    """GPTQ operands (codes as the dp4a kernel's byte planes uint8 [U, 1, N, 4], scales
+    float16 and zeros uint8 [G, N]; torch) -> ``qweight`` int32 [G, N/8, 8 * group_units],
+    ``scales`` and ``zeros`` [G, N] in the :data:`MMA_TILES` orders (new memory)."""
     import torch
 
-    from qcompile.kernels.uniform.compute_cuda_mma import unit_position
+    from qcompile.kernels.uniform.compute_cuda_mma import TILE_N, scale_position, word_position
 
+    words = plane_words_of(tensors["qweight"])
     units, _, n = words.shape
-    per_group, bits = int(layout["group_units"]), int(layout["bits"])
-    if units % per_group:
-        raise SpecError(f"layout {MMA_WORDS}: {units} words along K are not whole groups of "
-                        f"{per_group}")
-    order = [0] * per_group
-    for unit in range(per_group):
-        order[unit_position(unit, bits, per_group)] = unit
-    grouped = words.reshape(units // per_group, per_group, n)
-    index = torch.tensor(order, device=words.device)
-    return grouped.index_select(1, index).permute(0, 2, 1).contiguous()
+    per_group, bits, tiles = (int(layout[key]) for key in ("group_units", "bits", "tiles"))
+    columns = TILE_N * tiles
+    if units % per_group or n % columns:
+        raise SpecError(f"layout {MMA_TILES}: {units} words along K must be whole groups of "
+                        f"{per_group} and N={n} whole warps of {columns} columns")
+
+    def reorder(t, position, width):
+        """Last dimension of ``t`` (a multiple of ``width``): element i of each run of
+        ``width`` moves to ``position(i)``."""
+        order = [0] * width
+        for i in range(width):
+            order[position(i)] = i
+        runs = t.reshape(*t.shape[:-1], t.shape[-1] // width, width)
+        index = torch.tensor(order, device=t.device)
+        return runs.index_select(-1, index).reshape(t.shape).contiguous()
+
+    # [U, N] -> [G, N/8, 8 columns, group_units], then each tile's words in word_position order
+    tiled = (words.reshape(units // per_group, per_group, n // TILE_N, TILE_N)
+             .permute(0, 2, 3, 1).reshape(units // per_group, n // TILE_N, TILE_N * per_group))
+    qweight = reorder(tiled, lambda i: word_position(i // per_group, i % per_group, bits,
+                                                     per_group), TILE_N * per_group)
+    return {"qweight": qweight,
+            **{name: reorder(tensors[name], lambda i: scale_position(i, tiles), columns)
+               for name in ("scales", "zeros")}}
 
 
 def check_match(prepared_layout: dict | None, kernel_layout: dict | None, kernel_name: str):
@@ -212,6 +234,7 @@ def describe(layout: dict | None) -> str:
         return "gptq [K*b/32, N]"
     if layout.get("kind") == PLANE_WORDS:
         return f"{PLANE_WORDS} (byte planes as int32 words [U, P, N])"
-    if layout.get("kind") == MMA_WORDS:
-        return f"{MMA_WORDS} (words per group and column [G, N, {layout['group_units']}])"
+    if layout.get("kind") == MMA_TILES:
+        return (f"{MMA_TILES} (words per group and 8-column tile [G, N/8, "
+                f"{8 * layout['group_units']}], {layout['tiles']} tiles per warp)")
     return f"{layout['kind']} (tiles of {layout['tile_n']} columns)"
