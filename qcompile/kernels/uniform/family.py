@@ -57,7 +57,8 @@ class UniformFamily(KernelFamily):
     def compute_for(self, spec: UniformSpec, target_kind: str):
         """compute.py's QIGen form on CPUs; compute_cuda.py's on GPUs (no int->float converts,
         no group sums: see that module for why); for int8 activations compute_cuda_mma.py's
-        (tensor cores) from 8 rows of x where it fits, else compute_cuda_int8.py's (dp4a)."""
+        (tensor cores) where it fits and compute_cuda_mma.uses_tensor_cores says (all but one
+        row of a layer twice as wide as deep), else compute_cuda_int8.py's (dp4a)."""
         if target_kind == "cuda":
             if spec.int8_activations:
                 from qcompile.kernels.uniform.compute_cuda_int8 import uniform_compute_cuda_int8
