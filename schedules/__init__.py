@@ -37,12 +37,16 @@ def _by_activations(float32, int8) -> DesignSpace:
 
 
 def _by_tensor_cores(mma, dp4a) -> DesignSpace:
-    """A space function for int8-activation uniform specs on CUDA: ``mma`` where the family's
-    compute is the tensor-core one (compute_cuda_mma.uses_tensor_cores), else ``dp4a``."""
-    from qcompile.kernels.uniform.compute_cuda_mma import uses_tensor_cores
+    """A space function for int8-activation uniform workloads on CUDA: ``mma`` where the
+    function handed over is the tensor-core compute (its compute attribute: the family picks it
+    by compute_cuda_mma.uses_tensor_cores, a tool may pass either), else ``dp4a``."""
+    from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
+    from qcompile.kernels.uniform.compute_cuda_mma import COMPUTE_NAME
 
     def space(sch, spec, hw):
-        return (mma if uses_tensor_cores(spec) else dp4a)(sch, spec, hw)
+        attrs = sch.mod["main"].attrs
+        compute = str(attrs.get(COMPUTE_ATTR, "")) if attrs is not None else ""
+        return (mma if compute == COMPUTE_NAME else dp4a)(sch, spec, hw)
 
     return space
 

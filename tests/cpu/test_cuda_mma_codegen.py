@@ -161,6 +161,14 @@ def test_mma_tiles_give_each_lane_its_run_and_each_warp_load_one_stretch(bits, g
         list(range(2 * TILES_PER_WARP * (lane % 4), 2 * TILES_PER_WARP * (lane % 4 + 1)))
 
 
+def test_mma_tiles_of_another_warp_width_are_refused():
+    spec = UniformSpec(k=512, n=64, m=16, int8_activations=True)
+    tensors = FAMILY.example_tensors(spec, np.random.default_rng(0))
+    with pytest.raises(SpecError, match=rf"2 tiles per warp; this version's kernel takes "
+                                        rf"{TILES_PER_WARP}"):
+        FAMILY.prepare(spec, **tensors, layout=layout.mma_tiles(4, units_per_group(spec), 2))
+
+
 def test_export_records_mma_tiles(tmp_path):
     spec = UniformSpec(k=1024, n=512, m=16, int8_activations=True)
     result = build_untuned(spec, PRESET, tmp_path)

@@ -60,9 +60,6 @@ from qcompile.kernels.uniform.compute_int8 import STEP, unit_rows
 from qcompile.kernels.uniform.spec import UniformSpec
 
 COMPUTE_NAME = "uniform.cuda_mma.v2"
-#: Function attribute holding the tiles per warp (the ``mma_tiles`` layout of scales and zeros
-#: depends on it).
-TILES_ATTR = "qcompile.mma_tiles_per_warp"
 #: The mma shape: rows of x, columns of W, rows of K per instruction.
 TILE_M, TILE_N, TILE_K = 16, 8, 32
 #: Tiles of 8 columns per warp: each x fragment feeds this many mma.
@@ -151,9 +148,10 @@ def runs_per_column(bits: int) -> int:
     return 2 if bits == 4 else 1
 
 
-def word_position(column: int, unit: int, bits: int, group_units: int) -> int:
+def word_position(column, unit, bits: int, group_units: int):
     """Where the ``mma_tiles`` layout stores unit ``unit`` of a group for column ``column`` of
-    its 8-column tile, among the tile's ``8 * group_units`` words of that group.
+    its 8-column tile, among the tile's ``8 * group_units`` words of that group (ints when
+    packing; TIR expressions in the kernel, which reads its words where this says).
 
     A lane reads one run of its column (the even or odd units at 4 bits, all at 2), in vectors
     of up to 4 words; vector ``v`` of every run of the tile's 8 columns is stored together
@@ -167,35 +165,44 @@ def word_position(column: int, unit: int, bits: int, group_units: int) -> int:
     return (index // vec) * (TILE_N * runs * vec) + column * (runs * vec) + run * vec + index % vec
 
 
-def scale_position(column: int, tiles: int = TILES_PER_WARP) -> int:
-    """Where the ``mma_tiles`` layout stores the scale and zero of ``column`` (0 .. 8 * tiles - 1)
-    among its warp's columns: lane thread t needs columns 2t and 2t + 1 of every tile, so those
-    ``2 * tiles`` values are stored together (one 128-bit load of scales, 64-bit of zeros)."""
-    tile, inside = divmod(column, TILE_N)
-    thread, pair = divmod(inside, 2)
-    return thread * 2 * tiles + tile * 2 + pair
+def scale_position(column):
+    """Where the ``mma_tiles`` layout stores the scale and zero of ``column`` (0 .. 8 *
+    :data:`TILES_PER_WARP` - 1) among its warp's columns: lane thread t needs columns 2t and
+    2t + 1 of every tile, so those ``2 * tiles`` values are stored together (one 128-bit load of
+    scales, 64-bit of zeros). Ints when packing, TIR expressions in the kernel."""
+    tile, inside = column // TILE_N, column % TILE_N
+    return inside // 2 * 2 * TILES_PER_WARP + tile * 2 + inside % 2
 
 
-def uniform_compute_cuda_mma(spec: UniformSpec, tiles: int = TILES_PER_WARP,
-                             split: int | None = None):
+def uniform_compute_cuda_mma(spec: UniformSpec):
     """The tensor-core PrimFunc for ``spec`` (symbol ``spec.name()``; :func:`check_spec`):
-    ``tiles`` tiles of 8 columns per warp, ``split`` warps over K (default :func:`k_split`)."""
+    :data:`TILES_PER_WARP` tiles of 8 columns per warp, :func:`k_split` warps over K."""
     check_spec(spec)
     M, K, N, G = spec.m, spec.k, spec.n, spec.groups
     bits, gsize = spec.bits, spec.effective_group_size
     S = steps_per_unit(bits)
     group_words = gsize // STEP
     k_steps = gsize // TILE_K
-    columns = TILE_N * tiles                # per warp
-    W, KS = N // columns, split or k_split(spec)
+    tiles, columns = TILES_PER_WARP, WARP_COLUMNS
+    W, KS = N // columns, k_split(spec)
     GS = G // KS                            # groups per K slice
     mask = {2: 0x03030303, 4: 0x0F0F0F0F}[bits]
     UG = units_per_group(spec)              # packed words per group and column
     runs = runs_per_column(bits)
     lane_words = UG // runs                 # words of a column and group a lane reads
     vec = min(_VEC, lane_words)             # words per vector load
-    run_stride = TILE_N * runs * vec        # words between a run's vectors (word_position)
-    attrs = {**spec.func_attrs(), COMPUTE_ATTR: COMPUTE_NAME, TILES_ATTR: tiles}
+    attrs = {**spec.func_attrs(), COMPUTE_ATTR: COMPUTE_NAME}
+
+    def lane_vector(v, vl):
+        """Where vector v of lane vl's run starts in a tile's words: the run's unit v * vec (at 4
+        bits, the even units for t = 0, 1 and the odd ones for t = 2, 3)."""
+        unit = 2 * v * vec + (vl % 4) // 2 if runs == 2 else v * vec
+        return word_position(vl // 4, unit, bits, UG)
+
+    def lane_scales(vw, vl):
+        """The first of lane vl's 2 * tiles scales (and zeros) in warp vw's columns."""
+        return vw * columns + scale_position(2 * (vl % 4))
+
     # x is rounded as 16 rows (``x_rows``: zeros past M, inlined by the schedule), so every
     # fragment load is one vector whatever M, and rows past M multiply zeros
     quantize = uniform_quantize_x_blocks(TILE_M, G, gsize, bits)
@@ -211,10 +218,8 @@ def uniform_compute_cuda_mma(spec: UniformSpec, tiles: int = TILES_PER_WARP,
     @T.macro
     def load_factors(xq_sum, x_step, scales, zeros, group, vw, vl, sc, zr, xs, xn):
         # the lane's 2 * tiles scales and zeros, together in the mma_tiles layout
-        sc[T.ramp(0, 1, 2 * tiles)] = scales[
-            group, T.ramp(vw * columns + (vl % 4) * 2 * tiles, 1, 2 * tiles)]
-        zr[T.ramp(0, 1, 2 * tiles)] = zeros[
-            group, T.ramp(vw * columns + (vl % 4) * 2 * tiles, 1, 2 * tiles)]
+        sc[T.ramp(0, 1, 2 * tiles)] = scales[group, T.ramp(lane_scales(vw, vl), 1, 2 * tiles)]
+        zr[T.ramp(0, 1, 2 * tiles)] = zeros[group, T.ramp(lane_scales(vw, vl), 1, 2 * tiles)]
         # x's step and sum of rows l/4 and l/4 + 8 (together in the schedule's layout)
         for r in T.vectorized(2):
             xs[r] = x_step[vl // 4 + 8 * r, group]
@@ -225,10 +230,8 @@ def uniform_compute_cuda_mma(spec: UniformSpec, tiles: int = TILES_PER_WARP,
     def load_vector(qweight, raw, v, group, vw, vl):
         # vector v of the lane's run of every tile (column l/4, run t // 2 at 4 bits)
         for t in T.unroll(tiles):
-            raw[t, T.ramp(v * vec, 1, vec)] = qweight[
-                group, vw * tiles + t,
-                T.ramp(v * run_stride + (vl // 4) * runs * vec + (vl % 4) // 2 % runs * vec,
-                       1, vec)]
+            raw[t, T.ramp(v * vec, 1, vec)] = qweight[group, vw * tiles + t,
+                                                      T.ramp(lane_vector(v, vl), 1, vec)]
 
     @T.macro
     def group_gemm(xq_words, xq_sum, x_step, qweight, scales, zeros, group, more, vw, vl, a, b,

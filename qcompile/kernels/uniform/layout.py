@@ -111,7 +111,7 @@ def layout_of(func) -> dict | None:
     from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
     from qcompile.kernels.uniform.compute_cuda_int8 import COMPUTE_NAME as CUDA_INT8
     from qcompile.kernels.uniform.compute_cuda_mma import COMPUTE_NAME as CUDA_MMA
-    from qcompile.kernels.uniform.compute_cuda_mma import TILE_N, TILES_ATTR
+    from qcompile.kernels.uniform.compute_cuda_mma import TILE_N, TILES_PER_WARP
 
     compute = str(func.attrs.get(COMPUTE_ATTR, "")) if func.attrs is not None else ""
     if compute == CUDA_INT8:
@@ -121,7 +121,7 @@ def layout_of(func) -> dict | None:
 
         bits = json.loads(str(func.attrs[SPEC_ATTR]))["bits"]
         qweight = next(p for p in func.params if p.name == "qweight")
-        return mma_tiles(bits, int(qweight.shape[2]) // TILE_N, int(func.attrs[TILES_ATTR]))
+        return mma_tiles(bits, int(qweight.shape[2]) // TILE_N, TILES_PER_WARP)
     for param in func.params:  # TVM 0.27: a parameter is its buffer (name, shape)
         if param.name == "qweight":
             shape = [int(d) for d in param.shape]
@@ -191,11 +191,19 @@ def _mma_tiles_of(tensors: dict, layout: dict) -> dict:
     ``scales`` and ``zeros`` [G, N] in the :data:`MMA_TILES` orders (new memory)."""
     import torch
 
-    from qcompile.kernels.uniform.compute_cuda_mma import TILE_N, scale_position, word_position
+    from qcompile.kernels.uniform.compute_cuda_mma import (
+        TILE_N,
+        TILES_PER_WARP,
+        scale_position,
+        word_position,
+    )
 
     words = plane_words_of(tensors["qweight"])
     units, _, n = words.shape
     per_group, bits, tiles = (int(layout[key]) for key in ("group_units", "bits", "tiles"))
+    if tiles != TILES_PER_WARP:
+        raise SpecError(f"layout {MMA_TILES}: {tiles} tiles per warp; this version's kernel "
+                        f"takes {TILES_PER_WARP}: rebuild the kernel")
     columns = TILE_N * tiles
     if units % per_group or n % columns:
         raise SpecError(f"layout {MMA_TILES}: {units} words along K must be whole groups of "
@@ -217,7 +225,7 @@ def _mma_tiles_of(tensors: dict, layout: dict) -> dict:
     qweight = reorder(tiled, lambda i: word_position(i // per_group, i % per_group, bits,
                                                      per_group), TILE_N * per_group)
     return {"qweight": qweight,
-            **{name: reorder(tensors[name], lambda i: scale_position(i, tiles), columns)
+            **{name: reorder(tensors[name], scale_position, columns)
                for name in ("scales", "zeros")}}
 
 
