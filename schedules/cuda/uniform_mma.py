@@ -48,7 +48,7 @@ def fragment_layouts(sch: Schedule) -> None:
     512 contiguous bytes where rows of x are 8 wavefronts), and x's group steps and sums
     [16, G] as [G, 8, 2] (rows r and r + 8, which a lane reads, together)."""
     sch.transform_layout(sch.get_sblock("x_pack"), ("write", 0), lambda m, w: (
-        w // 8, (m % 8) * 4 + w % 4, m // 8 + 2 * (w % 8 // 4)), assume_injective_transform=True)
+        w // 8, (m % 8) * 4 + w % 4, m // 8 + 2 * (w % 8 // 4)))
     for block in ("x_step", "x_qsum"):
         sch.transform_layout(sch.get_sblock(block), ("write", 0), lambda m, g: (g, m % 8, m // 8))
 
