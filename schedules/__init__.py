@@ -20,6 +20,7 @@ from schedules.cuda import bcq as cuda_bcq
 from schedules.cuda import mixed as cuda_mixed
 from schedules.cuda import mixed_int8 as cuda_mixed_int8
 from schedules.cuda import uniform as cuda_uniform
+from schedules.cuda import uniform_gemv_int8 as cuda_uniform_gemv_int8
 from schedules.cuda import uniform_int8 as cuda_uniform_int8
 from schedules.cuda import uniform_mma as cuda_uniform_mma
 
@@ -36,17 +37,18 @@ def _by_activations(float32, int8) -> DesignSpace:
     return space
 
 
-def _by_tensor_cores(mma, dp4a) -> DesignSpace:
-    """A space function for int8-activation uniform workloads on CUDA: ``mma`` where the
-    function handed over is the tensor-core compute (its compute attribute: the family picks it
-    by compute_cuda_mma.uses_tensor_cores, a tool may pass either), else ``dp4a``."""
+def _by_int8_compute(mma, gemv, dp4a) -> DesignSpace:
+    """A space function for int8-activation uniform workloads on CUDA, by the compute handed
+    over (its compute attribute; the family picks it, a tool may pass any): ``mma`` for the
+    tensor-core compute, ``gemv`` for the one-row GEMV that rounds x inside, else ``dp4a``."""
     from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
-    from qcompile.kernels.uniform.compute_cuda_mma import COMPUTE_NAME
+    from qcompile.kernels.uniform.compute_cuda_gemv_int8 import COMPUTE_NAME as GEMV
+    from qcompile.kernels.uniform.compute_cuda_mma import COMPUTE_NAME as MMA
 
     def space(sch, spec, hw):
         attrs = sch.mod["main"].attrs
         compute = str(attrs.get(COMPUTE_ATTR, "")) if attrs is not None else ""
-        return (mma if compute == COMPUTE_NAME else dp4a)(sch, spec, hw)
+        return {MMA: mma, GEMV: gemv}.get(compute, dp4a)(sch, spec, hw)
 
     return space
 
@@ -63,7 +65,8 @@ _SPACES: dict[tuple[str, str], DesignSpace] = {
     ("uniform", "cpu"): _cpu_uniform_space,
     ("uniform", "cuda"): _by_activations(
         cuda_uniform.design_space,
-        _by_tensor_cores(cuda_uniform_mma.design_space, cuda_uniform_int8.design_space)),
+        _by_int8_compute(cuda_uniform_mma.design_space, cuda_uniform_gemv_int8.design_space,
+                         cuda_uniform_int8.design_space)),
     ("bcq", "cpu"): cpu_bcq.design_space,
     ("bcq", "cuda"): cuda_bcq.design_space,
     ("mixed", "cpu"): _cpu_mixed_space,
@@ -80,7 +83,8 @@ _UNTUNED: dict[tuple[str, str], Callable] = {
     ("uniform", "cpu"): _cpu_uniform_heuristic,
     ("uniform", "cuda"): _by_activations(
         cuda_uniform.heuristic_schedule,
-        _by_tensor_cores(cuda_uniform_mma.heuristic_schedule,
+        _by_int8_compute(cuda_uniform_mma.heuristic_schedule,
+                         cuda_uniform_gemv_int8.heuristic_schedule,
                          cuda_uniform_int8.heuristic_schedule)),
     ("bcq", "cuda"): cuda_bcq.heuristic_schedule,
     ("mixed", "cuda"): _by_activations(cuda_mixed.heuristic_schedule,

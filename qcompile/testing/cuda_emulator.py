@@ -3,8 +3,9 @@
 The kernel source TVM generates (``lib.mod.imports[0].inspect_source()``) is compiled with the
 host C++ compiler against a small prelude that implements what such kernels use: the vector
 and 16-bit float types, ``threadIdx``/``blockIdx``, ``__syncthreads`` (a barrier per block) and
-the warp shuffles (a barrier per warp of 32 threads, as on the GPU). Every CUDA thread of a
-block is an OS thread, so barriers, shared memory and shuffles behave as they do on a GPU;
+the warp shuffles (a barrier per warp of 32 threads, or of the threads their mask names, as on
+the GPU). Every CUDA thread of a block is an OS thread, so barriers, shared memory and shuffles
+behave as they do on a GPU;
 blocks run one after another (shared memory is one static array per kernel).
 
 What it checks: the generated index arithmetic, vector loads, shared-memory staging and its
@@ -37,7 +38,9 @@ _PRELUDE = r"""
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 #include <algorithm>
@@ -102,6 +105,10 @@ using bfloat164 = nv_bfloat164;
 namespace qc_emu {
 struct Warp {
   std::unique_ptr<std::barrier<>> bar;
+  // shuffles whose mask names part of the warp meet at a barrier of that part only (the other
+  // threads may be elsewhere, as on the GPU): one per mask, made on first use
+  std::map<unsigned, std::unique_ptr<std::barrier<>>> part_bars;
+  std::unique_ptr<std::mutex> part_lock = std::make_unique<std::mutex>();
   uint64_t slots[32];
   int size = 0;
 };
@@ -113,15 +120,26 @@ thread_local Block* block = nullptr;
 thread_local Warp* warp = nullptr;
 thread_local int lane = 0;
 
-template <class T> T exchange(T var, int src) {
+inline std::barrier<>* barrier_of(unsigned mask) {
+  const unsigned whole = warp->size == 32 ? 0xffffffffu : ((1u << warp->size) - 1u);
+  mask &= whole;
+  if (mask == whole) return warp->bar.get();
+  std::lock_guard<std::mutex> hold(*warp->part_lock);
+  auto& bar = warp->part_bars[mask];
+  if (!bar) bar = std::make_unique<std::barrier<>>(__builtin_popcount(mask));
+  return bar.get();
+}
+
+template <class T> T exchange(T var, int src, unsigned mask) {
   static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
+  std::barrier<>* bar = barrier_of(mask);
   uint64_t mine = 0;
   std::memcpy(&mine, &var, sizeof(T));
   warp->slots[lane] = mine;
-  warp->bar->arrive_and_wait();
+  bar->arrive_and_wait();
   T out = var;
   if (src >= 0 && src < warp->size) std::memcpy(&out, &warp->slots[src], sizeof(T));
-  warp->bar->arrive_and_wait();
+  bar->arrive_and_wait();
   return out;
 }
 
@@ -159,20 +177,20 @@ inline void __syncthreads() { qc_emu::block->bar->arrive_and_wait(); }
 inline unsigned __activemask() {
   return qc_emu::warp->size == 32 ? 0xffffffffu : ((1u << qc_emu::warp->size) - 1u);
 }
-template <class T> T __shfl_sync(unsigned, T var, int src, int width = 32) {
-  return qc_emu::exchange(var, (qc_emu::lane & ~(width - 1)) + (src % width));
+template <class T> T __shfl_sync(unsigned mask, T var, int src, int width = 32) {
+  return qc_emu::exchange(var, (qc_emu::lane & ~(width - 1)) + (src % width), mask);
 }
-template <class T> T __shfl_down_sync(unsigned, T var, unsigned delta, int width = 32) {
+template <class T> T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32) {
   int base = qc_emu::lane & ~(width - 1), src = qc_emu::lane + (int)delta;
-  return qc_emu::exchange(var, src < base + width ? src : -1);
+  return qc_emu::exchange(var, src < base + width ? src : -1, mask);
 }
-template <class T> T __shfl_up_sync(unsigned, T var, unsigned delta, int width = 32) {
+template <class T> T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32) {
   int base = qc_emu::lane & ~(width - 1), src = qc_emu::lane - (int)delta;
-  return qc_emu::exchange(var, src >= base ? src : -1);
+  return qc_emu::exchange(var, src >= base ? src : -1, mask);
 }
-template <class T> T __shfl_xor_sync(unsigned, T var, int mask, int width = 32) {
-  int base = qc_emu::lane & ~(width - 1), src = qc_emu::lane ^ mask;
-  return qc_emu::exchange(var, src >= base && src < base + width ? src : -1);
+template <class T> T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32) {
+  int base = qc_emu::lane & ~(width - 1), src = qc_emu::lane ^ lane_mask;
+  return qc_emu::exchange(var, src >= base && src < base + width ? src : -1, mask);
 }
 """
 

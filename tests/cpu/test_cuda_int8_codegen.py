@@ -108,8 +108,8 @@ def test_too_few_groups_are_refused_with_the_rule():
 
 
 def test_export_records_the_layout_and_its_compute(tmp_path):
-    spec = UniformSpec(k=1024, n=2048, m=1, int8_activations=True)
-    assert FAMILY.compute_for(spec, "cuda").attrs[COMPUTE_ATTR] == COMPUTE_NAME  # wide, M = 1
+    spec = UniformSpec(k=1024, n=2048, m=1, bits=3, int8_activations=True)
+    assert FAMILY.compute_for(spec, "cuda").attrs[COMPUTE_ATTR] == COMPUTE_NAME  # 3 bits: dp4a
     result = build_untuned(spec, PRESET, tmp_path)
     manifest = json.loads(result.manifest_path.read_text())
     assert manifest["layout"] == layout.plane_words()

@@ -17,6 +17,8 @@ from qcompile.errors import SpecError
 from qcompile.kernels import UniformSpec, get_family
 from qcompile.kernels.uniform import layout
 from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
+from qcompile.kernels.uniform.compute_cuda_gemv_int8 import COMPUTE_NAME as GEMV_COMPUTE_NAME
+from qcompile.kernels.uniform.compute_cuda_int8 import COMPUTE_NAME as DP4A_COMPUTE_NAME
 from qcompile.kernels.uniform.compute_cuda_mma import (
     COMPUTE_NAME,
     TILE_N,
@@ -47,19 +49,19 @@ def cuda_source(spec) -> str:
     return device.inspect_source()
 
 
-def test_int8_specs_take_tensor_cores_but_for_one_row_of_a_wide_layer():
+def test_int8_specs_take_tensor_cores_from_two_rows():
     def spec(**kw):
         return UniformSpec(**{"k": 4096, "n": 4096, "int8_activations": True, **kw})
 
-    assert uses_tensor_cores(spec(m=1)) and uses_tensor_cores(spec(m=2))
-    assert uses_tensor_cores(spec(m=16, bits=2))
-    assert not uses_tensor_cores(spec(m=1, n=8192))            # N >= 2K at one row: dp4a
+    assert uses_tensor_cores(spec(m=2)) and uses_tensor_cores(spec(m=16, bits=2))
     assert uses_tensor_cores(spec(m=2, n=8192))
+    assert not uses_tensor_cores(spec(m=1))                    # one row: the one-row GEMV
     assert not uses_tensor_cores(spec(m=16, bits=3))           # no layout: dp4a
     assert not uses_tensor_cores(spec(m=16, group_size=-1))
     assert not uses_tensor_cores(spec(m=16, int8_activations=False))
     assert FAMILY.compute_for(spec(m=16), "cuda").attrs[COMPUTE_ATTR] == COMPUTE_NAME
-    assert FAMILY.compute_for(spec(m=1, n=8192), "cuda").attrs[COMPUTE_ATTR] != COMPUTE_NAME
+    assert FAMILY.compute_for(spec(m=1), "cuda").attrs[COMPUTE_ATTR] == GEMV_COMPUTE_NAME
+    assert FAMILY.compute_for(spec(m=16, bits=3), "cuda").attrs[COMPUTE_ATTR] == DP4A_COMPUTE_NAME
 
 
 def test_rules_name_the_numbers():

@@ -1,4 +1,5 @@
-"""The uniform family's int8-activation CUDA kernels (dp4a) on a real GPU (marked `cuda`).
+"""The uniform family's int8-activation CUDA kernels on a real GPU (marked `cuda`): the dp4a
+kernel and the one-row GEMV that rounds x inside (compute_cuda_gemv_int8.py).
 
 Each kernel is checked twice: against the float64 product of the int8-rounded activations it
 multiplies (exact up to float32 sums: 1e-5) and against float x (the rounding of x: 3e-2).
@@ -13,6 +14,7 @@ import targets
 from qcompile import _tvm
 from qcompile.build import build, build_untuned
 from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels.uniform import compute_cuda_gemv_int8 as gemv
 from qcompile.kernels.uniform import layout
 from qcompile.kernels.uniform.compute_cuda_int8 import uniform_compute_cuda_int8
 from qcompile.kernels.uniform.compute_cuda_mma import uses_tensor_cores
@@ -79,10 +81,36 @@ def test_large_layer_is_correct(tmp_path):
 
 
 def test_tune_then_build_and_run(tmp_path):
-    spec = UniformSpec(k=1024, n=2048, m=1, int8_activations=True)
-    assert not uses_tensor_cores(spec)          # one row of a wide layer: dp4a, sampled knobs
+    spec = UniformSpec(k=1024, n=2048, m=1, bits=3, int8_activations=True)
+    assert not gemv.fits(spec) and not uses_tensor_cores(spec)   # 3 bits: dp4a, sampled knobs
     storage = Storage(f"sqlite:///{tmp_path / 'tuning.sqlite'}")
     summary = tune(spec, PRESET, trials=4, storage=storage, progress=False)
     assert summary.best_us is not None and summary.trials == 4
     kernel = qcompile.load(build(spec, PRESET, tmp_path / "out", storage=storage).so_path)
     check(spec, kernel, kernel.prepare, seed=2)
+
+
+@pytest.mark.parametrize(("k", "n", "bits", "group_size"), [
+    (2688, 1024, 4, 128),     # 21 groups over 16 lanes: the last step splits a warp
+    (11008, 4096, 4, 128),    # 86 groups over 32 lanes
+    (4096, 4096, 2, 32),
+    (4096, 14336, 4, 64),
+])
+def test_one_row_gemv_is_correct(tmp_path, k, n, bits, group_size):
+    spec = UniformSpec(k=k, n=n, m=1, bits=bits, group_size=group_size, int8_activations=True)
+    assert gemv.fits(spec)
+    kernel = qcompile.load(build_untuned(spec, PRESET, tmp_path).so_path)
+    check(spec, kernel, kernel.prepare, seed=k % 97)
+
+
+def test_one_row_gemv_tune_then_build(tmp_path):
+    """Its space is one schedule: tuning measures it and records it; build takes the record."""
+    spec = UniformSpec(k=1024, n=2048, m=1, int8_activations=True)
+    assert gemv.fits(spec)
+    storage = Storage(f"sqlite:///{tmp_path / 'tuning.sqlite'}")
+    summary = tune(spec, PRESET, trials=4, storage=storage, progress=False)
+    assert summary.best_us is not None and summary.trials > 0
+    result = build(spec, PRESET, tmp_path / "out", storage=storage)
+    assert result.record_id is not None
+    kernel = qcompile.load(result.so_path)
+    check(spec, kernel, kernel.prepare, seed=3)

@@ -77,9 +77,6 @@ MIN_GROUPS_PER_WARP = 2
 TARGET_WARPS = 12 * 132
 #: Group sizes the kernel takes.
 GROUP_SIZES = (32, 64, 128)
-#: At one row of x, layers at least this many times wider than deep keep the dp4a kernel
-#: (:func:`uses_tensor_cores`).
-DP4A_MIN_WIDTH_RATIO = 2
 _WORDS = TILE_K // STEP                     # int32 words of x (and code steps) per k-step
 _VEC = 4                                    # int32 words per 128-bit load
 
@@ -109,17 +106,15 @@ def check_spec(spec: UniformSpec) -> None:
 
 
 def uses_tensor_cores(spec: UniformSpec) -> bool:
-    """Whether an int8-activation spec's CUDA kernel is this one rather than the dp4a one: where
-    the layout fits, from 2 rows of x on, and at one row unless the layer is
-    :data:`DP4A_MIN_WIDTH_RATIO` times wider (N) than deep (K), where dp4a's blocks over the
-    columns alone fill the GPU. H200, 2026-11-24, one run (tools/results/h200/
-    uniform_mma_rows_ab.json), tensor cores against dp4a: M = 1 8192x28672 37.7 against 34.5 us,
-    28672x8192 37.0 against 44.1, 8192x8192 13.3 against 16.4, 4096x4096 7.2 against 8.1;
-    M = 2 37.8 against 38.5 (8192x28672) and 37.0 against 51.2 (28672x8192); M = 4 38.0
+    """Whether an int8-activation spec's CUDA kernel is this one: where the layout fits, from
+    2 rows of x on (else the dp4a kernel). One row takes the one-row GEMV
+    (compute_cuda_gemv_int8.py), which rounds x in its one kernel: H200, 2026-11-24, one run
+    (tools/results/h200/uniform_gemv_int8_ab.json), M = 1, tensor cores (two kernels) against
+    it: 4096x4096 6.1 against 3.9 us, 8192x8192 13.3 against 9.6 (its best shape), 28672x8192
+    36.8 against 31.2. From 2 rows on, tensor cores against dp4a (uniform_mma_rows_ab.json):
+    M = 2 37.8 against 38.5 us (8192x28672) and 37.0 against 51.2 (28672x8192); M = 4 38.0
     against 44.3 and 37.1 against 57.1."""
-    if not spec.int8_activations or problems_with(spec):
-        return False
-    return spec.m > 1 or spec.n < DP4A_MIN_WIDTH_RATIO * spec.k
+    return spec.int8_activations and spec.m > 1 and not problems_with(spec)
 
 
 def k_split(spec: UniformSpec) -> int:

@@ -56,17 +56,21 @@ class UniformFamily(KernelFamily):
 
     def compute_for(self, spec: UniformSpec, target_kind: str):
         """compute.py's QIGen form on CPUs; compute_cuda.py's on GPUs (no int->float converts,
-        no group sums: see that module for why); for int8 activations compute_cuda_mma.py's
-        (tensor cores) where it fits and compute_cuda_mma.uses_tensor_cores says (all but one
-        row of a layer twice as wide as deep), else compute_cuda_int8.py's (dp4a)."""
+        no group sums: see that module for why); for int8 activations, at one row
+        compute_cuda_gemv_int8.py's (x rounded inside its one kernel), from 2 rows
+        compute_cuda_mma.py's (tensor cores), each where it fits, else compute_cuda_int8.py's
+        (dp4a)."""
         if target_kind == "cuda":
             if spec.int8_activations:
+                from qcompile.kernels.uniform import compute_cuda_gemv_int8 as gemv
                 from qcompile.kernels.uniform.compute_cuda_int8 import uniform_compute_cuda_int8
                 from qcompile.kernels.uniform.compute_cuda_mma import (
                     uniform_compute_cuda_mma,
                     uses_tensor_cores,
                 )
 
+                if gemv.fits(spec):
+                    return gemv.uniform_compute_cuda_gemv_int8(spec)
                 if uses_tensor_cores(spec):
                     return uniform_compute_cuda_mma(spec)
                 return uniform_compute_cuda_int8(spec)
