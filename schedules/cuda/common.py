@@ -159,3 +159,24 @@ def unroll(sch: Schedule, *loops) -> None:
     """Unroll every loop given (register arrays must be indexed by constants)."""
     for loop in loops:
         sch.unroll(loop)
+
+
+def bind_per_thread(sch: Schedule, compute: str, total: str) -> None:
+    """Bind a compute written per thread (block ``compute`` over loops (block, y, x): one thread
+    of one thread block each) and the block that adds its sums (``total``, loops ..., then the
+    reduction over y last): the compute's loops on blockIdx.x, threadIdx.y and threadIdx.x, its
+    output in shared memory, and the sum in the same thread block, its spatial loops (fused)
+    over all the block's threads."""
+    block_rv = sch.get_sblock(compute)
+    block, y, x = sch.get_loops(block_rv)
+    sch.bind(block, "blockIdx.x")
+    sch.bind(y, "threadIdx.y")
+    sch.bind(x, "threadIdx.x")
+    sch.set_scope(block_rv, 0, "shared")
+    total_rv = sch.get_sblock(total)
+    sch.reverse_compute_at(total_rv, block, preserve_unit_loops=True)
+    spatial = loops_below(sch, total_rv, block)[:-1]
+    fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+    _, ty, tx = sch.split(fused, factors=[None, int(sch.get(y).extent), int(sch.get(x).extent)])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")

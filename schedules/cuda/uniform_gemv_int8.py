@@ -11,6 +11,7 @@ from __future__ import annotations
 from qcompile._tvm import Schedule
 from qcompile.kernels.uniform.compute_cuda_gemv_int8 import check_spec
 from qcompile.kernels.uniform.spec import UniformSpec
+from schedules.cuda.common import bind_per_thread
 from targets.hardware import GpuHardware
 
 
@@ -18,19 +19,7 @@ def sketch(sch: Schedule, spec: UniformSpec, hw: GpuHardware, fixed: dict | None
            prior: dict | None = None) -> Schedule:
     """Bind the compute's loops to the GPU's and add the lanes' sums in shared memory."""
     check_spec(spec)
-    gemv = sch.get_sblock("lane_gemv")
-    block, lane, thread = sch.get_loops(gemv)
-    sch.bind(block, "blockIdx.x")
-    sch.bind(lane, "threadIdx.y")
-    sch.bind(thread, "threadIdx.x")
-    sch.set_scope(gemv, 0, "shared")
-    total = sch.get_sblock("k_sum")
-    sch.reverse_compute_at(total, block, preserve_unit_loops=True)
-    *_, j, _ = sch.get_loops(total)
-    _, ty, tx = sch.split(j, factors=[None, int(sch.get(lane).extent),
-                                      int(sch.get(thread).extent)])
-    sch.bind(ty, "threadIdx.y")
-    sch.bind(tx, "threadIdx.x")
+    bind_per_thread(sch, "lane_gemv", "k_sum")
     return sch
 
 

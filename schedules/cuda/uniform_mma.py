@@ -13,6 +13,7 @@ from __future__ import annotations
 from qcompile._tvm import Schedule
 from qcompile.kernels.uniform.compute_cuda_mma import check_spec
 from qcompile.kernels.uniform.spec import UniformSpec
+from schedules.cuda.common import bind_per_thread
 from schedules.cuda.uniform_int8 import quantize_x
 from targets.hardware import GpuHardware
 
@@ -26,19 +27,7 @@ def sketch(sch: Schedule, spec: UniformSpec, hw: GpuHardware, fixed: dict | None
     sch.compute_inline(sch.get_sblock("x_rows"))
     fragment_layouts(sch)
     quantize_x(sch, spec)
-    gemm = sch.get_sblock("warp_gemm")
-    warp, part, lane = sch.get_loops(gemm)
-    sch.bind(warp, "blockIdx.x")
-    sch.bind(part, "threadIdx.y")
-    sch.bind(lane, "threadIdx.x")
-    sch.set_scope(gemm, 0, "shared")
-    total = sch.get_sblock("k_sum")
-    sch.reverse_compute_at(total, warp, preserve_unit_loops=True)
-    *_, m, j, _ = sch.get_loops(total)
-    fused = sch.fuse(m, j)
-    _, ty, tx = sch.split(fused, factors=[None, int(sch.get(part).extent), 32])
-    sch.bind(ty, "threadIdx.y")
-    sch.bind(tx, "threadIdx.x")
+    bind_per_thread(sch, "warp_gemm", "k_sum")
     return sch
 
 

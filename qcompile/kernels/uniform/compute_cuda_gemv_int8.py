@@ -24,10 +24,15 @@ The arithmetic is the dp4a kernel's, on the same words (layout ``plane_words``):
     dot[g,n] = sum_{k in g} xq[k] * q[k, n]                 (int32, exact: dp4a)
 
 Block ``lane_gemv`` runs for one thread: loops ``block`` over N / (16 * cols), ``lane`` over
-``k_lanes`` lanes of K (each every ``k_lanes``-th group) and ``thread`` over the lane's 16
-threads, each owning ``cols`` adjacent columns (one 128-bit load of words at 4 columns); the
-schedule binds them to blockIdx.x, threadIdx.y and threadIdx.x (a warp holds two lanes). The
-lanes' float sums meet in ``partial``, which block ``k_sum`` adds up.
+``k_lanes`` lanes of K (each every ``k_lanes``-th group; where the lanes do not divide the
+groups, a lane past the last one skips the step) and ``thread`` over the lane's 16 threads, each
+owning ``cols`` adjacent columns (a 64-bit load of words at 2 columns; :func:`thread_shape`
+picks the shape); the schedule binds them to blockIdx.x, threadIdx.y and threadIdx.x (a warp
+holds two lanes). The lanes' float sums meet in ``partial``, which block ``k_sum`` adds up.
+
+H200, 2026-11-24, one call each (tools/results/h200/uniform_gemv_int8_*.json), against the
+kernels that round x first: 8192x28672 30.0 us against 34.1 (dp4a), 4096x4096 3.9 against 6.1
+(tensor cores), 11008x4096 8.1 against 32.0.
 
 Operands:
 
