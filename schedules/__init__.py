@@ -41,14 +41,12 @@ def _by_int8_compute(mma, gemv, dp4a) -> DesignSpace:
     """A space function for int8-activation uniform workloads on CUDA, by the compute handed
     over (its compute attribute; the family picks it, a tool may pass any): ``mma`` for the
     tensor-core compute, ``gemv`` for the one-row GEMV that rounds x inside, else ``dp4a``."""
-    from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
+    from qcompile.kernels.uniform.compute_cuda import compute_name
     from qcompile.kernels.uniform.compute_cuda_gemv_int8 import COMPUTE_NAME as GEMV
     from qcompile.kernels.uniform.compute_cuda_mma import COMPUTE_NAME as MMA
 
     def space(sch, spec, hw):
-        attrs = sch.mod["main"].attrs
-        compute = str(attrs.get(COMPUTE_ATTR, "")) if attrs is not None else ""
-        return {MMA: mma, GEMV: gemv}.get(compute, dp4a)(sch, spec, hw)
+        return {MMA: mma, GEMV: gemv}.get(compute_name(sch.mod["main"]), dp4a)(sch, spec, hw)
 
     return space
 

@@ -118,9 +118,9 @@ def _tiles_of(per_tile: int):
 def layout_of(func) -> dict | None:
     """The layout a scheduled PrimFunc reads its weights in; None for the format's default."""
     from qcompile.kernels.mixed.compute_cuda_int8 import COMPUTE_NAME as CUDA_INT8
-    from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
+    from qcompile.kernels.uniform.compute_cuda import compute_name
 
-    if func.attrs is not None and str(func.attrs.get(COMPUTE_ATTR, "")) == CUDA_INT8:
+    if compute_name(func) == CUDA_INT8:
         return plane_words()
     for param in func.params:  # TVM 0.27: a parameter is its buffer (name, shape)
         if param.name == "codes2":

@@ -60,6 +60,11 @@ COMPUTE_ATTR = "qcompile.compute"
 COMPUTE_NAME = "uniform.cuda.v2"
 
 
+def compute_name(func) -> str:
+    """The compute a PrimFunc is (its :data:`COMPUTE_ATTR`), or "" when it names none."""
+    return str(func.attrs.get(COMPUTE_ATTR, "")) if func.attrs is not None else ""
+
+
 def fields_per_half(bits: int) -> int:
     """Codes in one 16-bit half of a word (2/4/8 bits); 3-bit codes are taken one by one (1)."""
     return 1 if bits == 3 else 16 // bits

@@ -52,8 +52,16 @@ from __future__ import annotations
 from qcompile._tvm import T
 from qcompile.errors import SpecError
 from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
-from qcompile.kernels.uniform.compute_cuda_int8 import dp4a, inverse_of, quantized, steps_per_unit
-from qcompile.kernels.uniform.compute_int8 import STEP, X_LEVELS, storage_to_row, unit_rows
+from qcompile.kernels.uniform.compute_cuda_int8 import (
+    dp4a,
+    inverse_of,
+    packed_word,
+    quantized,
+    step_codes,
+    step_of,
+    steps_per_unit,
+)
+from qcompile.kernels.uniform.compute_int8 import STEP, storage_to_row, unit_rows
 from qcompile.kernels.uniform.spec import UniformSpec
 
 COMPUTE_NAME = "uniform.cuda_gemv_int8.v1"
@@ -146,7 +154,6 @@ def uniform_compute_cuda_gemv_int8(spec: UniformSpec, cols: int | None = None,
     columns = LANE_THREADS * cols           # columns per block
     NB = N // columns
     LB = min(LOAD_UNITS, UG)                # units of words in registers at a time
-    mask = {2: 0x03030303, 4: 0x0F0F0F0F}[bits]
     attrs = {**spec.func_attrs(), COMPUTE_ATTR: COMPUTE_NAME}
 
     def lane_mask(vk):
@@ -185,18 +192,7 @@ def uniform_compute_cuda_gemv_int8(spec: UniformSpec, cols: int | None = None,
         for i in T.unroll(4):
             qsum[0] = qsum[0] + shuffle_xor("int32", vk, qsum[0], T.shift_right(8, i))
         for p in T.unroll(S):  # word p: storage positions 4p .. 4p + 3 of the unit
-            xw[p] = T.Cast("int32", T.bitwise_or(
-                T.bitwise_or(T.bitwise_and(T.Cast("uint32", xq[storage_to_row(p * STEP, bits)]),
-                                           T.uint32(0xFF)),
-                             T.shift_left(T.bitwise_and(
-                                 T.Cast("uint32", xq[storage_to_row(p * STEP + 1, bits)]),
-                                 T.uint32(0xFF)), T.uint32(8))),
-                T.bitwise_or(
-                    T.shift_left(T.bitwise_and(
-                        T.Cast("uint32", xq[storage_to_row(p * STEP + 2, bits)]),
-                        T.uint32(0xFF)), T.uint32(16)),
-                    T.shift_left(T.Cast("uint32", xq[storage_to_row(p * STEP + 3, bits)]),
-                                 T.uint32(24)))))
+            xw[p] = packed_word([xq[storage_to_row(p * STEP + j, bits)] for j in range(STEP)])
 
     @T.macro
     def load_units(qweight, words, group, first, column):
@@ -254,15 +250,13 @@ def uniform_compute_cuda_gemv_int8(spec: UniformSpec, cols: int | None = None,
                                     # unit u's word p of x, from the thread that rounded it
                                     xu[0] = shuffle_from(vk, xw[p], batch * LB + u)
                                     for c in T.unroll(cols):
-                                        dot[c] = dot[c] + dp4a(T.bitwise_and(
-                                            T.shift_right(words[u, c], T.int32(p * bits)),
-                                            T.int32(mask)), xu[0])
+                                        dot[c] = dot[c] + dp4a(
+                                            step_codes(words[u, c], p, bits), xu[0])
                             if batch + 1 < UG // LB:
                                 load_units(qweight, words, step * KL + vk, (batch + 1) * LB,
                                            vb * columns + vt * cols)
                         for c in T.unroll(cols):
-                            acc[c] = acc[c] + T.Cast("float32", sc[c]) * (
-                                amax[0] * T.float32(1.0 / X_LEVELS)) * T.Cast(
+                            acc[c] = acc[c] + T.Cast("float32", sc[c]) * step_of(amax[0]) * T.Cast(
                                 "float32", dot[c] - T.Cast("int32", zr[c]) * qsum[0])
                 for c in T.unroll(cols):
                     partial[vb, vk, vt * cols + c] = acc[c]

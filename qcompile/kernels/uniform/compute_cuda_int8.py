@@ -74,9 +74,15 @@ def code_word(qweight, unit, step, n, bits: int):
         high = T.bitwise_and(T.shift_right(qweight[unit, 2, n], T.Cast("int32", plane * 4 + field)),
                              T.int32(0x01010101))
         return T.bitwise_or(low, T.shift_left(high, T.int32(2)))
+    return step_codes(qweight[unit, 0, n], step, bits)
+
+
+def step_codes(word, step, bits: int):
+    """int32 with the 4 codes of dp4a step ``step`` of a packed 2- or 4-bit ``word``, one per
+    byte: ``(word >> step * bits) & 0x0F0F0F0F`` at 4 bits (codes 2j + step in byte j),
+    ``& 0x03030303`` at 2 bits."""
     mask = {2: 0x03030303, 4: 0x0F0F0F0F}[bits]
-    return T.bitwise_and(T.shift_right(qweight[unit, 0, n], T.Cast("int32", step * bits)),
-                         T.int32(mask))
+    return T.bitwise_and(T.shift_right(word, T.Cast("int32", step * bits)), T.int32(mask))
 
 
 def dp4a(a, b, portable: bool = False):
@@ -118,15 +124,27 @@ def inverse_of(amax, portable: bool = False):
     return T.Select(amax > T.float32(0), quotient, T.float32(0))
 
 
-def packed_x_word(x, m, first, inverse, bits: int):
-    """int32 of the 4 int8 activations at storage positions ``first .. first + 3`` of row m,
-    byte j holding position ``first + j`` (two's complement bytes, little-endian)."""
+def step_of(amax):
+    """float32 ``amax / 127``: the value of one step of x's int8 grid (what the sums of
+    rounded x are scaled back by)."""
+    return amax * T.float32(1.0 / X_LEVELS)
+
+
+def packed_word(values):
+    """int32 of :data:`STEP` int32 values in [-128, 127], byte j holding value j (two's
+    complement bytes, little-endian): the x word a dp4a takes."""
     word = T.uint32(0)
-    for j in range(STEP):
-        byte = T.bitwise_and(T.Cast("uint32", quantized(x[m, storage_to_row(first + j, bits)],
-                                                        inverse)), T.uint32(0xFF))
+    for j, value in enumerate(values):
+        byte = T.bitwise_and(T.Cast("uint32", value), T.uint32(0xFF))
         word = T.bitwise_or(word, T.shift_left(byte, T.uint32(8 * j)))
     return T.Cast("int32", word)
+
+
+def packed_x_word(x, m, first, inverse, bits: int):
+    """int32 of the 4 int8 activations at storage positions ``first .. first + 3`` of row m,
+    byte j holding position ``first + j``."""
+    return packed_word([quantized(x[m, storage_to_row(first + j, bits)], inverse)
+                        for j in range(STEP)])
 
 
 def quantize_x_blocks(M: int, G: int, gsize: int, column, word, portable: bool = False):
@@ -169,7 +187,7 @@ def quantize_x_blocks(M: int, G: int, gsize: int, column, word, portable: bool =
         for m, g in T.grid(M, G):
             with T.sblock("x_step"):
                 vm, vg = T.axis.remap("SS", [m, g])
-                x_step[vm, vg] = x_amax[vm, vg] * T.float32(1.0 / X_LEVELS)
+                x_step[vm, vg] = step_of(x_amax[vm, vg])
 
     return quantize
 

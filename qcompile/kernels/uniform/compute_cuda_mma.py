@@ -55,7 +55,11 @@ from __future__ import annotations
 from qcompile._tvm import T
 from qcompile.errors import SpecError
 from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
-from qcompile.kernels.uniform.compute_cuda_int8 import steps_per_unit, uniform_quantize_x_blocks
+from qcompile.kernels.uniform.compute_cuda_int8 import (
+    step_codes,
+    steps_per_unit,
+    uniform_quantize_x_blocks,
+)
 from qcompile.kernels.uniform.compute_int8 import STEP, unit_rows
 from qcompile.kernels.uniform.spec import UniformSpec
 
@@ -181,7 +185,6 @@ def uniform_compute_cuda_mma(spec: UniformSpec):
     tiles, columns = TILES_PER_WARP, WARP_COLUMNS
     W, KS = N // columns, k_split(spec)
     GS = G // KS                            # groups per K slice
-    mask = {2: 0x03030303, 4: 0x0F0F0F0F}[bits]
     UG = units_per_group(spec)              # packed words per group and column
     runs = runs_per_column(bits)
     lane_words = UG // runs                 # words of a column and group a lane reads
@@ -241,9 +244,7 @@ def uniform_compute_cuda_mma(spec: UniformSpec):
             load_x(xq_words, a, group, ks, vl)
             for t in T.unroll(tiles):
                 for i in T.unroll(2):  # codes of column l/4, steps t (+4): one shift, one AND
-                    b[t, i] = T.bitwise_and(
-                        T.shift_right(raw[t, 2 * ks + i], T.Cast("int32", (vl % S) * bits)),
-                        T.int32(mask))
+                    b[t, i] = step_codes(raw[t, 2 * ks + i], vl % S, bits)
                 T.evaluate(T.ptx_legacy.mma(
                     "m16n8k32", "row", "col", "int8", "int8", "int32",
                     a.data, 0, b.data, t * 2, c.data, t * 4, False, dtype="int32"))

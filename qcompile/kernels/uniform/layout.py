@@ -108,13 +108,13 @@ def has_block(sch, name: str) -> bool:
 def layout_of(func) -> dict | None:
     """The layout a scheduled PrimFunc reads its weights in; None for GPTQ's layout."""
     from qcompile.kernels.base import SPEC_ATTR
-    from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
+    from qcompile.kernels.uniform.compute_cuda import compute_name
     from qcompile.kernels.uniform.compute_cuda_gemv_int8 import COMPUTE_NAME as CUDA_GEMV
     from qcompile.kernels.uniform.compute_cuda_int8 import COMPUTE_NAME as CUDA_INT8
     from qcompile.kernels.uniform.compute_cuda_mma import COMPUTE_NAME as CUDA_MMA
     from qcompile.kernels.uniform.compute_cuda_mma import TILE_N, TILES_PER_WARP
 
-    compute = str(func.attrs.get(COMPUTE_ATTR, "")) if func.attrs is not None else ""
+    compute = compute_name(func)
     if compute in (CUDA_INT8, CUDA_GEMV):
         return plane_words()
     if compute == CUDA_MMA:
