@@ -17,6 +17,7 @@ from schedules.cpu import mixed_int8 as cpu_mixed_int8
 from schedules.cpu import uniform as cpu_uniform
 from schedules.cpu import uniform_int8 as cpu_uniform_int8
 from schedules.cuda import bcq as cuda_bcq
+from schedules.cuda import bcq_rotated as cuda_bcq_rotated
 from schedules.cuda import mixed as cuda_mixed
 from schedules.cuda import mixed_int8 as cuda_mixed_int8
 from schedules.cuda import uniform as cuda_uniform
@@ -51,6 +52,19 @@ def _by_int8_compute(mma, gemv, dp4a) -> DesignSpace:
     return space
 
 
+def _by_bcq_compute(rotated, tables) -> DesignSpace:
+    """A space function for BCQ workloads on CUDA, by the compute handed over: ``rotated`` for
+    the rotated-chunk GEMV (compute_cuda_rotated.py), else ``tables``."""
+    from qcompile.kernels.bcq.compute_cuda_rotated import COMPUTE_NAME as ROTATED
+    from qcompile.kernels.uniform.compute_cuda import compute_name
+
+    def space(sch, spec, hw):
+        chosen = rotated if compute_name(sch.mod["main"]) == ROTATED else tables
+        return chosen(sch, spec, hw)
+
+    return space
+
+
 _cpu_uniform_space = _by_activations(cpu_uniform.design_space, cpu_uniform_int8.design_space)
 _cpu_uniform_heuristic = _by_activations(cpu_uniform.heuristic_schedule,
                                          cpu_uniform_int8.heuristic_schedule)
@@ -66,7 +80,7 @@ _SPACES: dict[tuple[str, str], DesignSpace] = {
         _by_int8_compute(cuda_uniform_mma.design_space, cuda_uniform_gemv_int8.design_space,
                          cuda_uniform_int8.design_space)),
     ("bcq", "cpu"): cpu_bcq.design_space,
-    ("bcq", "cuda"): cuda_bcq.design_space,
+    ("bcq", "cuda"): _by_bcq_compute(cuda_bcq_rotated.design_space, cuda_bcq.design_space),
     ("mixed", "cpu"): _cpu_mixed_space,
     ("mixed", "cuda"): _by_activations(cuda_mixed.design_space, cuda_mixed_int8.design_space),
 }
@@ -84,7 +98,8 @@ _UNTUNED: dict[tuple[str, str], Callable] = {
         _by_int8_compute(cuda_uniform_mma.heuristic_schedule,
                          cuda_uniform_gemv_int8.heuristic_schedule,
                          cuda_uniform_int8.heuristic_schedule)),
-    ("bcq", "cuda"): cuda_bcq.heuristic_schedule,
+    ("bcq", "cuda"): _by_bcq_compute(cuda_bcq_rotated.heuristic_schedule,
+                                     cuda_bcq.heuristic_schedule),
     ("mixed", "cuda"): _by_activations(cuda_mixed.heuristic_schedule,
                                        cuda_mixed_int8.heuristic_schedule),
     ("mixed", "cpu"): _cpu_mixed_heuristic,

@@ -54,7 +54,7 @@ from qcompile.errors import NoRecordError
 from qcompile.formats.gptq import quantize_rtn
 from qcompile.kernels import BcqSpec, family_of
 from qcompile.tune import tune
-from tools.bench_cuda import Timed, copies_for, copy_bandwidth
+from tools.bench_cuda import Timed, copies_for, copy_bandwidth, prepare_all
 from tuning_db import Storage
 
 TARGET_SPEEDUP = 3.0
@@ -129,26 +129,40 @@ GRID_MU4 = [(128, 4, 2, False, False), (256, 4, 1, True, False), (128, 4, 2, Tru
             (256, 4, 1, True, True), (256, 4, 2, True, True), (64, 4, 2, True, True),
             (64, 4, 4, True, True), (128, 2, 2, True, True), (128, 2, 4, True, True),
             (256, 2, 2, True, True)]
-#: mu = 8 (tables of 16 KiB per group: 1 or 2 groups per block): the sweep's best, and it with
-#: the words inner.
+#: mu = 8 in the table-per-chunk space (tables of 16 KiB per group: 1 or 2 groups per block):
+#: the 2026-11-23 sweep's best, and it with the words inner; built on that space's compute
+#: (compute.py's GPU form), not the rotated one the family picks at mu = 8.
 GRID_MU8 = [(128, 4, 1, False, False), (128, 4, 1, False, True), (128, 2, 2, True, True)]
+#: The rotated-chunk space (mu = 8, one row): (threads, groups_per_block) besides its heuristic.
+GRID_ROTATED = [(256, 2), (256, 4), (128, 1), (128, 2), (512, 1), (512, 2)]
 
 
 def grid_variants(k: int, n: int, q: int, group_size: int, mus: list[int]) -> list[dict]:
     """The heuristic of every mu (words staged, groups unrolled, words inner where the words
     fit), at mu 4 the heuristic with ``sums_first``, then :data:`GRID_MU4` / :data:`GRID_MU8`
     (22 variants at mu 4 and 8). Points that are not candidates for the spec are left out."""
+    from qcompile.kernels.bcq.compute_cuda_rotated import unfit_reason
     from schedules.cuda import bcq as cuda_bcq
+    from schedules.cuda import bcq_rotated
 
     hw = targets.get("cuda").hardware()
     points = {4: GRID_MU4, 8: GRID_MU8}
     out = []
     for mu in mus:
         spec = BcqSpec(k=k, n=n, q=q, group_size=group_size, mu=mu)
+        if unfit_reason(spec) is None:
+            heuristic = bcq_rotated.heuristic_knobs(spec, hw)
+            cands = bcq_rotated.knob_candidates(spec, hw)
+            out.append({"mu": mu, "rotated": True, "knobs": heuristic, "heuristic": True})
+            out += [{"mu": mu, "rotated": True,
+                     "knobs": {"threads": threads, "groups_per_block": groups}}
+                    for threads, groups in GRID_ROTATED
+                    if {"threads": threads, "groups_per_block": groups} != heuristic
+                    and threads in cands["threads"] and groups in cands["groups_per_block"]]
         stage = cuda_bcq.can_stage_words(spec)
         heuristic = cuda_bcq.heuristic_knobs(spec, hw)
         chosen = [{"mu": mu, "knobs": heuristic, "stage_words": stage, "unroll_groups": stage,
-                   "words_inner": stage, "heuristic": True}]
+                   "words_inner": stage, "heuristic": unfit_reason(spec) is not None}]
         if not stage:
             out += chosen
             continue
@@ -169,8 +183,14 @@ def grid_variants(k: int, n: int, q: int, group_size: int, mus: list[int]) -> li
 
 def _build_variant(job: dict) -> dict:
     """Build one variant (in a worker process): the .so path, or the error."""
+    from qcompile.kernels.bcq.compute import bcq_compute
     from schedules.cuda import bcq as cuda_bcq
+    from schedules.cuda import bcq_rotated
     from tools.cuda_variant import build_variant
+
+    if job.get("rotated"):
+        return build_variant(job, lambda: BcqSpec(**job["spec"]),
+                             lambda sch, spec, hw: bcq_rotated.sketch(sch, spec, hw, job["knobs"]))
 
     def schedule(sch, spec, hw):
         return cuda_bcq.sketch(sch, spec, hw, job["knobs"], stage_words=job["stage_words"],
@@ -178,18 +198,22 @@ def _build_variant(job: dict) -> dict:
                                words_inner=job.get("words_inner", False),
                                sums_first=job.get("sums_first", False))
 
-    return build_variant(job, lambda: BcqSpec(**job["spec"]), schedule)
+    return build_variant(job, lambda: BcqSpec(**job["spec"]), schedule,
+                         compute=lambda spec: bcq_compute(spec, gpu=True))
 
 
 def label(v: dict) -> str:
     k = v["knobs"]
+    mark = " (heuristic)" if v.get("heuristic") else ""
+    if v.get("rotated"):
+        return (f"mu={v['mu']} rotated threads={k['threads']} "
+                f"groups_per_block={k['groups_per_block']}{mark}")
     sketch = ("staged+unrolled" if v["unroll_groups"] else "staged") if v["stage_words"] \
         else f"in-place unroll {k['unroll']}"
     if v.get("words_inner"):
         sketch += "+inner"
     if v.get("sums_first"):
         sketch += "+sums"
-    mark = " (heuristic)" if v.get("heuristic") else ""
     return (f"mu={v['mu']} threads={k['threads']} cols={k['cols']} "
             f"groups_per_block={k['groups_per_block']} {sketch}{mark}")
 
@@ -222,7 +246,7 @@ def sweep(args, futures: list, layer, weight: torch.Tensor, x: torch.Tensor, cop
     fp16 = Timed("fp16_linear", [lambda w=w: torch.nn.functional.linear(x16, w)
                                  for w in w16_copies], 2 * args.k * args.n + 2 * x.numel())
     fp16.prepare()
-    prepared, copies, rows, timed = None, None, [], []
+    prepared, rows, timed = {}, [], []  # prepared weights and their copies, by layout
     for future in as_completed(futures):
         try:
             job = future.result()
@@ -240,19 +264,20 @@ def sweep(args, futures: list, layer, weight: torch.Tensor, x: torch.Tensor, cop
         try:
             spec = BcqSpec(**job["spec"])
             kernel = qcompile.load(job["so"])
-            if prepared is None:  # the BCQ tensors do not depend on mu or the schedule
-                prepared = kernel.prepare(qweight=layer.qweight, scales=layer.scales,
-                                          qzeros=layer.qzeros)
-                copies = [prepared.tensors] + [
-                    tuple(t.clone() for t in prepared.tensors)
-                    for _ in range(copies_for(prepared.nbytes(), l2) - 1)]
+            layout = json.dumps(kernel.layout, sort_keys=True)
+            if layout not in prepared:  # the operands depend on the layout alone
+                weights = kernel.prepare(qweight=layer.qweight, scales=layer.scales,
+                                         qzeros=layer.qzeros)
+                prepared[layout] = [weights.tensors] + [
+                    tuple(t.clone() for t in weights.tensors)
+                    for _ in range(copies_for(weights.nbytes(), l2) - 1)]
+            copies = prepared[layout]
             y = torch.full((1, args.n), float("nan"), device="cuda")
-            kernel.function(x, *prepared.tensors, y)
+            kernel.function(x, *copies[0], y)
             torch.cuda.synchronize()
             row["max_rel_error"] = (y - reference).abs().max().item() / scale
             t = Timed(label(job), [lambda w=w, f=kernel.function, y=y: f(x, *w, y)
                                    for w in copies], family_of(spec).bytes_read(spec))
-            t.prepare()
             timed.append((row, t))
             print(f"  [{time.monotonic() - started:4.0f} s] loaded {label(job)}: max rel error "
                   f"{row['max_rel_error']:.1e}", flush=True)
@@ -261,6 +286,7 @@ def sweep(args, futures: list, layer, weight: torch.Tensor, x: torch.Tensor, cop
             print(f"  failed {label(job)}: {row['error']}", flush=True)
     print(f"built and loaded {len(timed)} of {len(futures)} in {time.monotonic() - started:.0f} s;"
           f" timing {args.rounds} rounds", flush=True)
+    prepare_all([t for _, t in timed])
     for _ in range(args.rounds):
         fp16.sample()
         for _, t in timed:
@@ -297,6 +323,8 @@ def report_sweep(rows: list[dict], args) -> str:
 def slug(v: dict) -> str:
     """A file name for a variant: ``mu4_t128_c4_g2_staged+unrolled+inner``."""
     k = v["knobs"]
+    if v.get("rotated"):
+        return f"mu{v['mu']}_rotated_t{k['threads']}_g{k['groups_per_block']}"
     sketch = label(v).split(f"groups_per_block={k['groups_per_block']} ")[1]
     sketch = sketch.replace(" (heuristic)", "_heuristic").replace(" ", "")
     return f"mu{v['mu']}_t{k['threads']}_c{k['cols']}_g{k['groups_per_block']}_{sketch}"

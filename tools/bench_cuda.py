@@ -100,6 +100,11 @@ class Timed:
         self.samples: list[float] = []
 
     def prepare(self) -> None:
+        self.warm()
+        self.capture()
+
+    def warm(self) -> None:
+        """Call everything twice (module loads, handles, autotuning, workspace pools)."""
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):         # warm-up: module loads, handles, autotuning
@@ -107,6 +112,9 @@ class Timed:
                 call()
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
+
+    def capture(self) -> None:
+        """Estimate a call's time and capture enough calls for a sample in one CUDA graph."""
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for call in self.calls:
@@ -142,6 +150,19 @@ class Timed:
         return {"median_us": us, "tbps": self.bytes_read / (us * 1e-6) / 1e12,
                 "bytes_read": self.bytes_read, "calls_per_sample": self.per_graph,
                 "samples": len(self.samples), "method": self.method}
+
+
+def prepare_all(timed: list[Timed]) -> None:
+    """Warm every item up, then capture each one's graph.
+
+    TVM functions take their scratch buffers (partial sums over K slices) from a workspace pool
+    that frees a buffer to allocate a larger one, so a graph captured before a later kernel's
+    first, larger request would replay into freed memory. Once every kernel has run, the pool
+    holds its largest buffer and every capture reuses it (the graphs replay one at a time)."""
+    for item in timed:
+        item.warm()
+    for item in timed:
+        item.capture()
 
 
 def load_kernel(spec: UniformSpec, preset, args, out_dir: Path):

@@ -17,6 +17,7 @@ from qcompile import _tvm
 from qcompile.build import build_untuned
 from qcompile.errors import LoadError, SpecError
 from qcompile.kernels import BcqSpec, get_family
+from qcompile.kernels.bcq.compute import bcq_compute
 from qcompile.testing.cuda_emulator import aligned, emulate_all, ptxas_report
 from schedules.cuda import bcq as cuda_bcq
 
@@ -29,7 +30,8 @@ _BODY = re.compile(r'extern "C" __global__ [^;{]*\{')   # kernel definitions, no
 
 def schedule(spec, knobs, stage_words=False, unroll_groups=False, words_inner=False,
              sums_first=False):
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    # this space's compute even where the family picks the rotated one (mu = 8, one row)
+    mod = _tvm.normalize_mod(bcq_compute(spec, gpu=True))
     return cuda_bcq.sketch(_tvm.Schedule(mod), spec, HW, knobs, stage_words=stage_words,
                            unroll_groups=unroll_groups, words_inner=words_inner,
                            sums_first=sums_first)

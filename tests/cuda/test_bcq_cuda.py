@@ -26,8 +26,8 @@ def relative_error(got: torch.Tensor, reference: np.ndarray) -> float:
     return kernels.relative_error(got, reference)
 
 
-@pytest.mark.parametrize("q,group_size,mu,m", [(3, 128, 8, 1), (3, 128, 4, 1), (2, 64, 4, 4),
-                                               (4, -1, 4, 2), (1, 96, 3, 1)])
+@pytest.mark.parametrize("q,group_size,mu,m", [(3, 128, 8, 1), (2, 64, 8, 1), (3, 128, 4, 1),
+                                               (2, 64, 4, 4), (4, -1, 4, 2), (1, 96, 3, 1)])
 def test_untuned_kernels_are_correct(tmp_path, q, group_size, mu, m):
     k = 768 if mu == 3 else 1024
     spec = BcqSpec(k=k, n=768, q=q, group_size=group_size, mu=mu, m=m)
@@ -73,6 +73,30 @@ def test_sketches_are_correct(tmp_path, knobs, stage_words, unroll_groups, words
     assert relative_error(y, FAMILY.reference(spec, x.cpu().numpy(), **tensors)) < 1e-5
 
 
+@pytest.mark.parametrize("threads,groups_per_block", [(128, 1), (256, 2), (512, 4)])
+def test_rotated_kernels_are_correct(tmp_path, threads, groups_per_block):
+    """The rotated-chunk GEMV (mu = 8, one row) at pinned knobs, weights packed for its layout
+    by ``Kernel.prepare`` from the manifest."""
+    from qcompile import _tvm
+    from qcompile.build import export
+    from qcompile.kernels.bcq.compute_cuda_rotated import ROTATED_CHUNKS
+    from schedules.cuda import bcq_rotated
+
+    spec = BcqSpec(k=2048, n=2048, q=3, group_size=128, mu=8)
+    hw = PRESET.hardware()
+    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    sch = bcq_rotated.sketch(_tvm.Schedule(mod), spec, hw,
+                             {"threads": threads, "groups_per_block": groups_per_block})
+    so, _ = export(spec, PRESET, _tvm.Target(PRESET.tvm_target(hw)), sch.mod, tmp_path,
+                   {"id": None})
+    kernel = qcompile.load(so)
+    assert kernel.layout["kind"] == ROTATED_CHUNKS
+    tensors = FAMILY.example_tensors(spec, np.random.default_rng(threads))
+    x = torch.randn(1, spec.k, device="cuda")
+    y = kernel(x, kernel.prepare(**tensors))
+    assert relative_error(y, FAMILY.reference(spec, x.cpu().numpy(), **tensors)) < 1e-5
+
+
 def test_uniform_weights_match_the_uniform_kernel_on_the_gpu(tmp_path):
     k, n = 2048, 1024
     rng = np.random.default_rng(3)
@@ -88,8 +112,9 @@ def test_uniform_weights_match_the_uniform_kernel_on_the_gpu(tmp_path):
     assert ((y_lut - y_uniform).abs().max() / y_uniform.abs().max()).item() < 1e-4
 
 
-def test_tune_then_build_from_the_record(tmp_path):
-    spec = BcqSpec(k=1024, n=1024, q=3, group_size=128, mu=4)
+@pytest.mark.parametrize("mu", [4, 8])
+def test_tune_then_build_from_the_record(tmp_path, mu):
+    spec = BcqSpec(k=1024, n=1024, q=3, group_size=128, mu=mu)
     storage = Storage(f"sqlite:///{tmp_path / 'tuning.sqlite'}")
     summary = tune(spec, PRESET, trials=8, storage=storage, progress=False)
     assert summary.best_us is not None and summary.trials == 8

@@ -94,14 +94,12 @@ def signed_sum(x, m, c, e, mu: int):
 
 
 def lookups_block():
-    """A TIR macro ``(y, dot, table, x_sum, planes, alpha, z, M, N, G, Q, cpg, mu)``: blocks
-    ``group_dot`` (per group, plane and output, the sum of the table entries its keys select)
-    and ``combine`` (alpha-weighted plane sums plus z times the group sum of x), the same on
-    CPUs and GPUs (a new macro per function: TVM suffixes the block names of a macro's later
-    expansions)."""
+    """A TIR macro ``(dot, table, planes, M, N, G, Q, cpg, mu)``: block ``group_dot`` (per group,
+    plane and output, the sum of the table entries its keys select), the same on CPUs and GPUs
+    (a new macro per function: TVM suffixes the block names of a macro's later expansions)."""
 
     @T.macro
-    def lookups(y, dot, table, x_sum, planes, alpha, z, M, N, G, Q, cpg, mu):
+    def lookups(dot, table, planes, M, N, G, Q, cpg, mu):
             for m, g, i, n, r in T.grid(M, G, Q, N, cpg):
                 with T.sblock("group_dot"):
                     vm, vg, vi, vn, vr = T.axis.remap("SSSSR", [m, g, i, n, r])
@@ -109,6 +107,16 @@ def lookups_block():
                         dot[vm, vg, vi, vn] = T.float32(0)
                     dot[vm, vg, vi, vn] = dot[vm, vg, vi, vn] + table[
                         vm, vg * cpg + vr, key_expr(planes, vi, vg * cpg + vr, vn, mu)]
+
+    return lookups
+
+
+def combine_block():
+    """A TIR macro ``(y, dot, x_sum, alpha, z, M, N, G, Q)``: block ``combine``, the
+    alpha-weighted plane sums plus z times the group sum of x, summed over the groups."""
+
+    @T.macro
+    def combine(y, dot, x_sum, alpha, z, M, N, G, Q):
             for m, n, g in T.grid(M, N, G):
                 with T.sblock("combine"):
                     vm, vn, vg = T.axis.remap("SSR", [m, n, g])
@@ -117,7 +125,7 @@ def lookups_block():
                     y[vm, vn] = y[vm, vn] + (planes_sum(alpha, dot, vm, vg, vn, Q)
                                              + z[vg, vn] * x_sum[vm, vg])
 
-    return lookups
+    return combine
 
 
 def table_blocks(gpu: bool):
@@ -163,7 +171,7 @@ def bcq_compute(spec: BcqSpec, gpu: bool = False):
     mu, gsize, cpg = spec.mu, spec.effective_group_size, spec.chunks_per_group
     C, E, W = spec.chunks, 1 << spec.mu, spec.words
     attrs = spec.func_attrs()
-    tables, lookups = table_blocks(gpu), lookups_block()
+    tables, lookups, combine = table_blocks(gpu), lookups_block(), combine_block()
 
     @T.prim_func(s_tir=True)
     def bcq_gemm(
@@ -178,6 +186,7 @@ def bcq_compute(spec: BcqSpec, gpu: bool = False):
         x_sum = T.sblock_alloc_buffer((M, G), "float32")
         dot = T.sblock_alloc_buffer((M, G, Q, N), "float32")
         tables(x, table, x_sum, M, G, C, E, mu, gsize, cpg)
-        lookups(y, dot, table, x_sum, planes, alpha, z, M, N, G, Q, cpg, mu)
+        lookups(dot, table, planes, M, N, G, Q, cpg, mu)
+        combine(y, dot, x_sum, alpha, z, M, N, G, Q)
 
     return bcq_gemm

@@ -11,6 +11,8 @@ from qcompile.formats.bcq import BcqTensors, from_uniform
 from qcompile.kernels.base import KernelFamily, PreparedWeights
 from qcompile.kernels.bcq.spec import BcqSpec
 
+#: The kernels' weight operands, in parameter order.
+_OPERANDS = ("planes", "alpha", "z")
 _SOURCES = (
     ("weight",),
     ("qweight", "scales", "qzeros"),
@@ -39,12 +41,47 @@ class BcqFamily(KernelFamily):
     def compute_for(self, spec: BcqSpec, target_kind: str):
         """On GPUs the tables are built entry by entry and the group sums of x come from them
         (compute.py's GPU form): each thread block builds its slice's tables in shared memory
-        and sums its own groups (schedules/cuda/bcq.py)."""
+        and sums its own groups (schedules/cuda/bcq.py). One-row GEMVs at mu = 8 take the
+        rotated-chunk compute where they fit (compute_cuda_rotated.py: every lookup
+        conflict-free; weights in the ``rotated_chunks`` layout)."""
         if target_kind == "cuda":
+            from qcompile.kernels.bcq import compute_cuda_rotated
             from qcompile.kernels.bcq.compute import bcq_compute
 
+            if compute_cuda_rotated.unfit_reason(spec) is None:
+                return compute_cuda_rotated.rotated_compute(spec)
             return bcq_compute(spec, gpu=True)
         return self.compute(spec)
+
+    def layout_of(self, func) -> dict | None:
+        """``rotated_chunks`` for the rotated-chunk compute, else None (the format's layout)."""
+        from qcompile.kernels.bcq import compute_cuda_rotated
+        from qcompile.kernels.uniform.compute_cuda import compute_name
+
+        if compute_name(func) != compute_cuda_rotated.COMPUTE_NAME:
+            return None
+        import json
+
+        from qcompile.kernels.base import SPEC_ATTR
+
+        spec = json.loads(str(func.attrs[SPEC_ATTR]))
+        return compute_cuda_rotated.layout(spec["group_size"] if spec["group_size"] != -1
+                                           else spec["k"])
+
+    def kernel_operands(self, spec: BcqSpec, by_name: dict, layout: dict | None) -> dict:
+        """The format's operands (torch, by name) -> the kernel's: planes rotated for the
+        ``rotated_chunks`` layout, alpha and z as they are."""
+        if layout is None:
+            return by_name
+        from qcompile.kernels.bcq import compute_cuda_rotated
+
+        expected = compute_cuda_rotated.layout(spec.effective_group_size)
+        if layout != expected:
+            raise FormatError(f"{spec.name()}: unknown bcq weight layout {layout}; this spec's "
+                              f"rotated layout is {expected}")
+        compute_cuda_rotated.check_spec(spec)
+        planes = compute_cuda_rotated.rotate_planes(by_name["planes"], spec.effective_group_size)
+        return {**by_name, "planes": planes}
 
     def bcq_tensors(self, spec: BcqSpec, *, weight=None, qweight=None, scales=None, qzeros=None,
                     g_idx=None, zero_convention: str = "v1", planes=None, alpha=None, z=None,
@@ -100,8 +137,8 @@ class BcqFamily(KernelFamily):
                               f"{tensors.n} layer; this kernel is q={spec.q}, {spec.k}x{spec.n}")
         return permutation, tensors, report
 
-    def prepare(self, spec: BcqSpec, device: str = "cpu", *, bias=None, **tensors
-                ) -> PreparedWeights:
+    def prepare(self, spec: BcqSpec, device: str = "cpu", *, bias=None,
+                layout: dict | None = None, **tensors) -> PreparedWeights:
         """Weights -> kernel operands, once per layer.
 
         Parameters
@@ -117,13 +154,17 @@ class BcqFamily(KernelFamily):
             BCQ tensors as :class:`qcompile.formats.bcq.BcqTensors` holds them.
         bias : float16/bfloat16/float32 [N], optional
             Added to every output row.
+        layout : dict, optional
+            The weight layout the kernel reads (its manifest's ``layout``): None keeps the
+            format's, ``rotated_chunks`` (compute_cuda_rotated.py) rotates the planes' chunks.
 
         Returns
         -------
         PreparedWeights
-            tensors: planes int32 [q, K/32, N], alpha float16 [G, q, N], z float32 [G, N];
-            extras: ``perm`` (int64 [K]) when act_order rows were reordered, ``bias`` (float32
-            [N]) when given, ``quantization`` (QuantizationReport) for float weights.
+            tensors: planes int32 [q, K/32, N] (chunks rotated for ``rotated_chunks``), alpha
+            float16 [G, q, N], z float32 [G, N]; extras: ``layout`` when one is given,
+            ``perm`` (int64 [K]) when act_order rows were reordered, ``bias`` (float32 [N])
+            when given, ``quantization`` (QuantizationReport) for float weights.
         """
         import torch
 
@@ -138,11 +179,14 @@ class BcqFamily(KernelFamily):
             extras["bias"] = UniformFamily._bias(spec, bias).to(device)
         if report is not None:
             extras["quantization"] = report
-        operands = tuple(
-            kernel_ready(torch.from_numpy(np.ascontiguousarray(a)).to(device))
-            for a in (bcq.planes, bcq.alpha, bcq.z))
+        by_name = {name: torch.from_numpy(np.ascontiguousarray(a)).to(device)
+                   for name, a in zip(_OPERANDS, (bcq.planes, bcq.alpha, bcq.z), strict=True)}
+        if layout is not None:
+            by_name = self.kernel_operands(spec, by_name, layout)
+            extras["layout"] = layout
+        operands = tuple(kernel_ready(by_name[name]) for name in _OPERANDS)
         return PreparedWeights(spec_digest=spec.digest(), tensors=operands,
-                               names=("planes", "alpha", "z"), extras=extras)
+                               names=_OPERANDS, extras=extras)
 
     def bytes_read(self, spec: BcqSpec) -> int:
         planes = spec.q * spec.words * spec.n * 4

@@ -1,0 +1,231 @@
+"""TensorIR of the BCQ family's one-row GEMV on CUDA GPUs at mu = 8, with rotated chunks: the
+32 lanes of a warp read 32 different banks at every lookup, whatever the keys.
+
+At mu = 8 a table has 256 entries, so the 32 lanes of a warp that look up one chunk's table with
+their columns' random keys meet 3-4 way bank conflicts, and mu = 8 lost to mu = 4 (51.9 against
+42.8 us at 7168x28672 on an H200). But mu = 4 spends a lookup (4 SASS instructions, one LDS) per
+4 bits, and a one-row GEMV at mu = 4 is bound by the lookups themselves (H200, lookups alone
+without the weight reads: 35 us of the 32.6 us that 3x fp16 allows). Here every lane reads its
+own bank:
+
+- the tables are entry-major, with a *slot* per lane: entry e of the table in slot p lies at
+  word ``e * 32 + p``, hence in bank p. A group's ``cpg = g / 8`` chunk tables fill ``cpg``
+  slots, and ``32 / cpg`` copies of them fill the 32 (two copies at g = 128);
+- lane l (column block ``n // 4``, l = that mod 32) owns copy ``l // cpg`` and, at step s of
+  the group's ``cpg`` steps, reads chunk ``(s + r) % cpg`` with ``r = l % cpg``: slot
+  ``copy * cpg + (s + r) % cpg``. The 32 lanes of a warp hold 32 different slots at every step;
+- so that step s's key lies at the same place for every lane (byte s of the group's words, a
+  constant shift once the steps are unrolled), the weights are stored rotated: byte s of column
+  n's bytes in a group (of each plane) holds chunk ``(s + r(n)) % cpg``,
+  ``r(n) = (n // 4) % cpg`` (layout ``rotated_chunks``, :func:`rotate_planes`).
+
+A lookup is then a byte extract, the slot added, an LDS of one wavefront and an add, for 8 bits;
+the tables cost 256 entries x 32 slots (32 KiB) per group, built by the block that reads them.
+
+    table[m, g, e*32 + p*cpg + r]
+                         = sum_{j < 8} (+x[m, (g*cpg + r)*8 + j] if bit j of e else -x[...])
+                           (the same for every copy p; terms taken from j = 7 down, so the 16
+                           entries a thread builds share their first four)
+    xsum[m, g]           = sum_{r < cpg} table[m, g, 255*32 + r]
+    dot[m, g, i, n]      = sum_{s < cpg} table[m, g, key_i(g, s, n)*32 | slot(s, n)]
+    slot(s, n)           = copy(n)*cpg + (s + r(n)) % cpg
+    y[m, n]              = sum_g (sum_i alpha[g, i, n] * dot[m, g, i, n] + z[g, n] * xsum[m, g])
+
+``key_i(g, s, n)`` is byte s of column n's rotated words of plane i in group g. The blocks are
+the GPU BCQ compute's (compute.py): ``lut``, ``x_sum``, ``group_dot``, ``combine``.
+
+Operands:
+
+=========  ========  ==================  ===============================================
+name       dtype     shape               content
+=========  ========  ==================  ===============================================
+x          float32   [1, K]              activations
+planes     int32     [q, K / 32, N]      sign bits, chunks rotated per column (above)
+alpha      float16   [G, q, N]           alpha[g, i, n]
+z          float32   [G, N]              the bias z[g, n]
+y          float32   [1, N]              output
+=========  ========  ==================  ===============================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qcompile._tvm import T
+from qcompile.errors import SpecError
+from qcompile.formats.bcq import WORD_BITS
+from qcompile.kernels.bcq.compute import combine_block, signed_term
+from qcompile.kernels.bcq.spec import BcqSpec
+from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
+
+COMPUTE_NAME = "bcq.cuda_rotated.v1"
+#: The layout's name in manifests and ``PreparedWeights.extras["layout"]``.
+ROTATED_CHUNKS = "rotated_chunks"
+#: Activations per table: a key is one byte of a packed word.
+MU = 8
+#: Adjacent columns a thread owns (one 128-bit load of a word per plane and row of words):
+#: the unit of the rotation, ``r(n) = (n // COLS) % cpg``.
+COLS = 4
+#: Lanes of a warp, and the slots of a table row (one per bank).
+SLOTS = 32
+#: Bits per key byte.
+BYTE = 8
+#: log2(SLOTS): a table row's offset is its entry shifted up by this.
+SLOT_BITS = 5
+#: Entries a thread builds in a row (e's low four bits): they share the sum of the first four
+#: terms.
+RUN = 16
+#: log2 of a float32 table word's bytes.
+WORD_BYTES_LOG2 = 2
+
+
+def unfit_reason(spec: BcqSpec) -> str | None:
+    """Why ``spec`` cannot run on this compute, or None when it can."""
+    cpg = spec.effective_group_size // MU if spec.mu == MU else 0
+    if spec.mu != MU:
+        return f"the rotated kernel looks up bytes: mu must be {MU}, got {spec.mu}"
+    if spec.m != 1:
+        return f"the rotated kernel is a one-row GEMV (32 KiB of tables per row); M={spec.m}"
+    if SLOTS % cpg:
+        return (f"a group's {cpg} chunks (group size {spec.effective_group_size} / mu) must "
+                f"divide the {SLOTS} slots of a table row: group size 32, 64, 128 or 256")
+    if spec.n % (SLOTS * COLS):
+        return f"N={spec.n} must be a multiple of {SLOTS * COLS} (a warp's columns)"
+    return None
+
+
+def check_spec(spec: BcqSpec) -> None:
+    reason = unfit_reason(spec)
+    if reason is not None:
+        raise SpecError(f"{spec.name()}: {reason}")
+
+
+def rotation(n, cpg: int):
+    """The chunk offset of column ``n`` (an int expression or array): ``(n // COLS) % cpg``."""
+    return n // COLS % cpg
+
+
+def copy_of(n, cpg: int):
+    """The table copy column ``n``'s lane reads: ``(n // (COLS * cpg)) % (SLOTS // cpg)``."""
+    return n // (COLS * cpg) % (SLOTS // cpg)
+
+
+def slot_of(n, s, cpg: int):
+    """The slot column ``n``'s lane reads at step ``s``: its copy's, chunk ``(s + r(n)) %
+    cpg``."""
+    return copy_of(n, cpg) * cpg + (s + rotation(n, cpg)) % cpg
+
+
+def layout(group_size: int) -> dict:
+    """The layout descriptor ``{"kind": "rotated_chunks", "chunks": cpg, "cols": 4}``."""
+    return {"kind": ROTATED_CHUNKS, "chunks": int(group_size // MU), "cols": COLS}
+
+
+def rotate_planes(planes, group_size: int):
+    """Packed planes in the format's layout -> the rotated layout (numpy or torch alike).
+
+    Parameters
+    ----------
+    planes : int32 [q, K / 32, N]
+        Bit ``k % 32`` of word ``[i, k // 32, n]``: sign of row k (qcompile.formats.bcq).
+    group_size : int
+        Rows per group (a multiple of 32 whose chunks of 8 divide 32: 32, 64, 128, 256).
+
+    Returns
+    -------
+    int32 [q, K / 32, N]
+        Within each group, byte s of column n's bytes (bytes in memory order, the little-endian
+        words of the group one after another) holds the group's chunk ``(s + r(n)) % cpg``.
+    """
+    cpg = group_size // MU
+    q, words, n = planes.shape
+    groups = words * WORD_BITS // group_size
+    if isinstance(planes, np.ndarray):
+        by_column = np.ascontiguousarray(np.swapaxes(planes, 1, 2)).view(np.uint8)
+        chunks = by_column.reshape(q, n, groups, cpg)
+        source = (np.arange(cpg)[None, :] + rotation(np.arange(n), cpg)[:, None]) % cpg
+        rotated = np.take_along_axis(chunks, source[None, :, None, :], axis=3)
+        flat = np.ascontiguousarray(rotated).reshape(q, n, words * 4).view(np.int32)
+        return np.ascontiguousarray(np.swapaxes(flat, 1, 2))
+    import torch
+
+    by_column = planes.transpose(1, 2).contiguous().view(torch.uint8)
+    chunks = by_column.reshape(q, n, groups, cpg)
+    columns = torch.arange(n, device=planes.device)
+    source = (torch.arange(cpg, device=planes.device)[None, :]
+              + rotation(columns, cpg)[:, None]) % cpg
+    rotated = torch.gather(chunks, 3, source[None, :, None, :].expand(q, n, groups, cpg))
+    return rotated.contiguous().view(torch.int32).reshape(q, n, words).transpose(1, 2).contiguous()
+
+
+def signed_sum_high_first(x, m, c, e):
+    """float32 expression: table entry e of chunk c, its terms from bit 7 down to bit 0 (the
+    entries that share e's high bits share the first partial sums once unrolled)."""
+    total = signed_term(x, m, c, e, MU - 1, MU)
+    for j in range(MU - 2, -1, -1):
+        total = total + signed_term(x, m, c, e, j, MU)
+    return total
+
+
+def lookup_index(planes, i, g, s, n, slot, words_per_group: int):
+    """int32 expression: the table word that byte ``s`` of column n's rotated words of plane i
+    in group g selects in ``slot``: ``byte * SLOTS | slot``.
+
+    Written as a byte offset shifted back to words, ``(byte << 7 | slot << 2) >> 2``: nvcc then
+    drops the shift pair (the low bits are known zero), so a lookup's address is one shift and
+    one AND-OR (SHF + LOP3) plus the table's base as the LDS immediate, where ``byte << 5 |
+    slot`` costs a LEA more (measured in the SASS of the H200 build)."""
+    word = T.Cast("uint32", planes[i, g * words_per_group + s // 4, n])
+    byte = T.bitwise_and(T.shift_right(word, T.Cast("uint32", s % 4 * BYTE)), T.uint32(255))
+    row_bytes = T.shift_left(byte, T.uint32(SLOT_BITS + WORD_BYTES_LOG2))
+    slot_bytes = T.shift_left(T.Cast("uint32", slot), T.uint32(WORD_BYTES_LOG2))
+    return T.Cast("int32", T.shift_right(T.bitwise_or(row_bytes, slot_bytes),
+                                         T.uint32(WORD_BYTES_LOG2)))
+
+
+def rotated_compute(spec: BcqSpec):
+    """The PrimFunc for ``spec`` (symbol ``spec.name()``; :func:`check_spec`)."""
+    check_spec(spec)
+    K, N, G, Q = spec.k, spec.n, spec.groups, spec.q
+    gsize = spec.effective_group_size
+    cpg = gsize // MU                       # chunks per group: steps, and slots per copy
+    copies = SLOTS // cpg
+    wpg = gsize // WORD_BITS                # packed words per group and plane
+    E = 1 << MU
+    attrs = {**spec.func_attrs(), COMPUTE_ATTR: COMPUTE_NAME}
+    combine = combine_block()
+
+    @T.prim_func(s_tir=True)
+    def bcq_rotated(
+        x: T.Buffer((1, K), "float32"),
+        planes: T.Buffer((Q, K // WORD_BITS, N), "int32"),
+        alpha: T.Buffer((G, Q, N), "float16"),
+        z: T.Buffer((G, N), "float32"),
+        y: T.Buffer((1, N), "float32"),
+    ):
+        T.func_attr(attrs)
+        # entry e of the table in slot p at e * SLOTS + p (p = copy * cpg + chunk)
+        table = T.sblock_alloc_buffer((1, G, E * SLOTS), "float32")
+        x_sum = T.sblock_alloc_buffer((1, G), "float32")
+        dot = T.sblock_alloc_buffer((1, G, Q, N), "float32")
+        for m, g, e, p, r in T.grid(1, G, E, copies, cpg):
+            with T.sblock("lut"):
+                vm, vg, ve, vp, vr = T.axis.remap("SSSSS", [m, g, e, p, r])
+                table[vm, vg, ve * SLOTS + vp * cpg + vr] = signed_sum_high_first(
+                    x, vm, vg * cpg + vr, ve)
+        for m, g, r in T.grid(1, G, cpg):
+            with T.sblock("x_sum"):
+                vm, vg, vr = T.axis.remap("SSR", [m, g, r])
+                with T.init():
+                    x_sum[vm, vg] = T.float32(0)
+                x_sum[vm, vg] = x_sum[vm, vg] + table[vm, vg, (E - 1) * SLOTS + vr]
+        for m, g, i, n, s in T.grid(1, G, Q, N, cpg):
+            with T.sblock("group_dot"):
+                vm, vg, vi, vn, vs = T.axis.remap("SSSSR", [m, g, i, n, s])
+                with T.init():
+                    dot[vm, vg, vi, vn] = T.float32(0)
+                dot[vm, vg, vi, vn] = dot[vm, vg, vi, vn] + table[
+                    vm, vg, lookup_index(planes, vi, vg, vs, vn, slot_of(vn, vs, cpg), wpg)]
+        combine(y, dot, x_sum, alpha, z, 1, N, G, Q)
+
+    return bcq_rotated
