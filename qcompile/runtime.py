@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 import targets
-from qcompile.errors import LoadError
+from qcompile.errors import ArgumentError, LoadError
 from qcompile.kernels import family_of, spec_from_dict
 from qcompile.kernels.base import KernelSpec, PreparedWeights
 from qcompile.manifest import Manifest, read_manifest, sha256_of
@@ -89,9 +89,11 @@ class Kernel:
         torch.Tensor (numpy.ndarray if ``x`` was one) of shape [N] or [M, N]
         """
         if weights.extras.get("layout") != self.layout:
-            from qcompile.kernels.uniform.layout import check_match
-
-            check_match(weights.extras.get("layout"), self.layout, self.spec.name())
+            describe = self.family.describe_layout
+            raise ArgumentError(
+                f"weights are in layout {describe(weights.extras.get('layout'))} but "
+                f"{self.spec.name()} reads {describe(self.layout)}: prepare them with this "
+                "kernel (kernel.prepare)")
         y = self.family.run(self.spec, self._function, x, weights)
         return y.numpy() if isinstance(x, np.ndarray) else y
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from bench_cuda import Timed, copies_for
+from bench_cuda import Timed, copies_for, prepare_all
 
 import qcompile
 import targets
@@ -381,8 +381,7 @@ def main(argv=None) -> int:
         rows[label] = {**row, "max_rel_error": error}
     print(f"{len(rows)} kernels loaded and checked at {time.monotonic() - started:.0f} s",
           flush=True)
-    for t in timed:
-        t.prepare()
+    prepare_all(timed)
     for _ in range(args.rounds):
         for t in timed:
             t.sample()

@@ -146,7 +146,7 @@ def time_all(built: list[dict], rounds: int) -> list[dict]:
     """Check and time every built variant; weights shared by the variants of one spec."""
     import numpy as np
     import torch
-    from bench_cuda import Timed, copies_for, random_layer
+    from bench_cuda import Timed, copies_for, prepare_all, random_layer
 
     import qcompile
     from qcompile.kernels import UniformSpec, family_of
@@ -189,10 +189,10 @@ def time_all(built: list[dict], rounds: int) -> list[dict]:
                 error = (y - reference).abs().max().item() / scale
                 timed = Timed(job["sketch"], [lambda w=w, f=kernel.function, x=x, y=y: f(x, *w, y)
                                               for w in copies], family.bytes_read(spec))
-                timed.prepare()
                 impls.append((job, timed, error))
             except Exception as failure:  # noqa: BLE001
                 results.append({**job, "error": f"{type(failure).__name__}: {failure}"[:300]})
+        prepare_all([timed for _, timed, _ in impls])
         for _ in range(rounds):
             for _, timed, _ in impls:
                 timed.sample()

@@ -45,7 +45,11 @@ one 1 or 2), so where the first lookups read every word, all of them are in flig
 ~4.2 TB/s x ~1 us / 132 ~ 32 KB in flight; at 1 or 2 loads per thread only ~48 KB is, when
 every warp waits at once.
 
-Cost model at M = 1 (why mu = 4 is the default on GPUs): a warp's lookup is one LDS
+One-row GEMVs at mu = 8 do not come here when they fit the rotated-chunk compute (its own
+space, schedules/cuda/bcq_rotated.py, with every lookup conflict-free); tools pass this space's
+compute (``bcq_compute(spec, gpu=True)``) to compare the two.
+
+Cost model at M = 1 (why mu = 4 is this space's choice on GPUs): a warp's lookup is one LDS
 wavefront (the 32 lanes read one table: at mu <= 5 its 2**mu words lie in distinct banks, so
 any keys are conflict-free), and an SM serves one wavefront per clock, so
 ``q * K / mu * N / 32 / SMs`` clocks bound the kernel (18 us at 7168x28672, q = 3, mu = 4

@@ -10,6 +10,7 @@ import torch
 import qcompile
 import targets
 from qcompile.build import build, build_untuned
+from qcompile.errors import ArgumentError
 from qcompile.formats.gptq import quantize_rtn
 from qcompile.kernels import BcqSpec, UniformSpec, get_family
 from qcompile.testing import kernels
@@ -95,6 +96,10 @@ def test_rotated_kernels_are_correct(tmp_path, threads, groups_per_block):
     x = torch.randn(1, spec.k, device="cuda")
     y = kernel(x, kernel.prepare(**tensors))
     assert relative_error(y, FAMILY.reference(spec, x.cpu().numpy(), **tensors)) < 1e-5
+    plain = FAMILY.prepare(spec, device="cuda", **tensors)   # the format's layout: refused
+    with pytest.raises(ArgumentError, match="bcq planes .* reads rotated_chunks"):
+        kernel(x, plain)
+    assert torch.equal(kernel(x, kernel.relayout(plain)), y)
 
 
 def test_uniform_weights_match_the_uniform_kernel_on_the_gpu(tmp_path):

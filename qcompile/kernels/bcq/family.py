@@ -64,9 +64,14 @@ class BcqFamily(KernelFamily):
 
         from qcompile.kernels.base import SPEC_ATTR
 
-        spec = json.loads(str(func.attrs[SPEC_ATTR]))
-        return compute_cuda_rotated.layout(spec["group_size"] if spec["group_size"] != -1
-                                           else spec["k"])
+        spec = BcqSpec.from_dict(json.loads(str(func.attrs[SPEC_ATTR])))
+        return compute_cuda_rotated.layout(spec.effective_group_size)
+
+    def describe_layout(self, layout: dict | None) -> str:
+        if layout is None:
+            return "bcq planes [q, K/32, N]"
+        return (f"{layout['kind']} (planes [q, K/32, N], each group's {layout['chunks']} chunks "
+                f"rotated by (n // {layout['cols']}) mod {layout['chunks']})")
 
     def kernel_operands(self, spec: BcqSpec, by_name: dict, layout: dict | None) -> dict:
         """The format's operands (torch, by name) -> the kernel's: planes rotated for the

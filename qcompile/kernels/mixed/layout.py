@@ -39,7 +39,6 @@ from qcompile.errors import SpecError
 from qcompile.kernels.uniform.layout import (
     N_TILED,
     PLANE_WORDS,
-    check_match,
     describe,
     has_block,
     n_tiled,
@@ -47,7 +46,7 @@ from qcompile.kernels.uniform.layout import (
     plane_words_of,
 )
 
-__all__ = ["N_TILED", "OPERANDS", "PLANE_WORDS", "apply", "check_match", "describe",
+__all__ = ["N_TILED", "OPERANDS", "PLANE_WORDS", "apply", "describe",
            "layout_of", "n_tiled", "pack", "plane_words", "unpack"]
 
 #: Operands the layout rewrites: (name, a block that reads it, whether one of its columns

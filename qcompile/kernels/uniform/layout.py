@@ -33,7 +33,7 @@ interleave K blocks of neighbouring tiles.
 
 from __future__ import annotations
 
-from qcompile.errors import ArgumentError, SpecError
+from qcompile.errors import SpecError
 
 #: The layout name in manifests and ``PreparedWeights.extras["layout"]``.
 N_TILED = "n_tiled"
@@ -228,14 +228,6 @@ def _mma_tiles_of(tensors: dict, layout: dict) -> dict:
     return {"qweight": qweight,
             **{name: reorder(tensors[name], scale_position, columns)
                for name in ("scales", "zeros")}}
-
-
-def check_match(prepared_layout: dict | None, kernel_layout: dict | None, kernel_name: str):
-    """Raise ArgumentError when weights were packed for another layout than the kernel reads."""
-    if prepared_layout != kernel_layout:
-        raise ArgumentError(
-            f"weights are in layout {describe(prepared_layout)} but {kernel_name} reads "
-            f"{describe(kernel_layout)}: prepare them with this kernel (kernel.prepare)")
 
 
 def describe(layout: dict | None) -> str:
