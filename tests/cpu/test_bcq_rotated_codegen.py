@@ -110,7 +110,7 @@ def test_heuristic_kernel_at_the_issue_shape():
     assert re.search(r"__shared__ (?:alignas\(\d+\) )?float table_shared_ptr\[8192\]", source)
     assert len(re.findall(r"\*\(int4\*\)\(planes_local_ptr \+ \d+\) = \*\(int4\*\)\(planes_ptr",
                           source)) == 12
-    assert re.search(r"<< \(uint\)7\) \| ", source)              # key row | slot
+    assert re.search(r"<< \(uint\)5\) \| ", source)              # key row | slot
     assert "__syncthreads()" in source
     report = ptxas_report(source, arch=HW.arch)
     if report is None:

@@ -4,9 +4,9 @@
 At mu = 8 a table has 256 entries, so the 32 lanes of a warp that look up one chunk's table with
 their columns' random keys meet 3-4 way bank conflicts, and mu = 8 lost to mu = 4 (51.9 against
 42.8 us at 7168x28672 on an H200). But mu = 4 spends a lookup (4 SASS instructions, one LDS) per
-4 bits, and a one-row GEMV at mu = 4 is bound by the lookups themselves (H200, lookups alone
-without the weight reads: 35 us of the 32.6 us that 3x fp16 allows). Here every lane reads its
-own bank:
+4 bits, and a one-row GEMV at mu = 4 is bound by the lookups themselves (H200, a hand-written
+mu = 4 kernel's lookups alone, without the weight reads: 35 us, against the 32.6 us that 3x fp16
+allows; tools/results/h200/bcq_lookup_bound_probe.json). Here every lane reads its own bank:
 
 - the tables are entry-major, with a *slot* per lane: entry e of the table in slot p lies at
   word ``e * 32 + p``, hence in bank p. A group's ``cpg = g / 8`` chunk tables fill ``cpg``
@@ -19,7 +19,7 @@ own bank:
   n's bytes in a group (of each plane) holds chunk ``(s + r(n)) % cpg``,
   ``r(n) = (n // 4) % cpg`` (layout ``rotated_chunks``, :func:`rotate_planes`).
 
-A lookup is then a byte extract, the slot added, an LDS of one wavefront and an add, for 8 bits;
+A lookup is then a byte extract OR-ed with the slot, an LDS of one wavefront and an add, for 8 bits;
 the tables cost 256 entries x 32 slots (32 KiB) per group, built by the block that reads them.
 
     table[m, g, e*32 + p*cpg + r]
@@ -75,8 +75,6 @@ SLOT_BITS = 5
 #: Entries a thread builds in a row (e's low four bits): they share the sum of the first four
 #: terms.
 RUN = 16
-#: log2 of a float32 table word's bytes.
-WORD_BYTES_LOG2 = 2
 
 
 def unfit_reason(spec: BcqSpec) -> str | None:
@@ -169,18 +167,13 @@ def signed_sum_high_first(x, m, c, e):
 
 def lookup_index(planes, i, g, s, n, slot, words_per_group: int):
     """int32 expression: the table word that byte ``s`` of column n's rotated words of plane i
-    in group g selects in ``slot``: ``byte * SLOTS | slot``.
-
-    Written as a byte offset shifted back to words, ``(byte << 7 | slot << 2) >> 2``: nvcc then
-    drops the shift pair (the low bits are known zero), so a lookup's address is one shift and
-    one AND-OR (SHF + LOP3) plus the table's base as the LDS immediate, where ``byte << 5 |
-    slot`` costs a LEA more (measured in the SASS of the H200 build)."""
+    in group g selects in ``slot``: ``byte << 5 | slot`` (the row's offset OR the slot, which
+    is below 32). nvcc makes it SHF + LOP3 (shift, AND and OR) and a LEA (words to bytes, plus
+    the table's base): 5 SASS instructions a lookup with the LDS and the add (H200 build)."""
     word = T.Cast("uint32", planes[i, g * words_per_group + s // 4, n])
     byte = T.bitwise_and(T.shift_right(word, T.Cast("uint32", s % 4 * BYTE)), T.uint32(255))
-    row_bytes = T.shift_left(byte, T.uint32(SLOT_BITS + WORD_BYTES_LOG2))
-    slot_bytes = T.shift_left(T.Cast("uint32", slot), T.uint32(WORD_BYTES_LOG2))
-    return T.Cast("int32", T.shift_right(T.bitwise_or(row_bytes, slot_bytes),
-                                         T.uint32(WORD_BYTES_LOG2)))
+    row = T.shift_left(byte, T.uint32(SLOT_BITS))
+    return T.Cast("int32", T.bitwise_or(row, T.Cast("uint32", slot)))
 
 
 def rotated_compute(spec: BcqSpec):
