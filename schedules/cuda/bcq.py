@@ -220,7 +220,13 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
     _, lane = sch.split(chunks, factors=[None, rv["threads"]])
     sch.bind(lane, "threadIdx.x")
 
-    # Partial sums over the K slices: a second kernel, one thread per output.
+    sum_slices(sch, spec)
+    return sch
+
+
+def sum_slices(sch: Schedule, spec: BcqSpec) -> None:
+    """The partial sums over the K slices (block ``combine`` after the rfactor, loops (column
+    blocks, slices, threads, m, columns)): a second kernel, one thread per output."""
     final = sch.get_sblock("combine")
     f_nb, f_gb, f_nt, f_m, f_nc = sch.get_loops(final)
     sch.reorder(f_nb, f_nt, f_m, f_nc, f_gb)
@@ -228,7 +234,6 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
     f_b, f_t = sch.split(fused, factors=[None, 128 if (spec.m * spec.n) % 128 == 0 else 32])
     sch.bind(f_b, "blockIdx.x")
     sch.bind(f_t, "threadIdx.x")
-    return sch
 
 
 #: Outputs per block the heuristic aims at (threads * cols): the block builds its tables once

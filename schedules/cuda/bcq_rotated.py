@@ -25,6 +25,7 @@ from __future__ import annotations
 from qcompile._tvm import Schedule
 from qcompile.kernels.bcq.compute_cuda_rotated import COLS, RUN, SLOTS, check_spec
 from qcompile.kernels.bcq.spec import BcqSpec
+from schedules.cuda.bcq import sum_slices
 from schedules.cuda.common import read_index, unroll
 from schedules.knobs import choose
 from schedules.loops import loops_below
@@ -100,14 +101,7 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
     sch.bind(lane, "threadIdx.x")
     unroll(sch, l_m, l_g, e_lo, l_p)
 
-    # Partial sums over the K slices: a second kernel, one thread per output.
-    final = sch.get_sblock("combine")
-    f_nb, f_gb, f_nt, f_m, f_nc = sch.get_loops(final)
-    sch.reorder(f_nb, f_nt, f_m, f_nc, f_gb)
-    fused = sch.fuse(f_nb, f_nt, f_m, f_nc)
-    f_b, f_t = sch.split(fused, factors=[None, 128])
-    sch.bind(f_b, "blockIdx.x")
-    sch.bind(f_t, "threadIdx.x")
+    sum_slices(sch, spec)                                  # the second kernel
     return sch
 
 

@@ -85,10 +85,14 @@ def planes_sum(alpha, dot, m, g, n, q: int):
     return total
 
 
-def signed_sum(x, m, c, e, mu: int):
-    """float32 expression: the table entry, ``sum_j signed_term(j)`` (mu terms, unrolled)."""
-    total = signed_term(x, m, c, e, 0, mu)
-    for j in range(1, mu):
+def signed_sum(x, m, c, e, mu: int, high_first: bool = False):
+    """float32 expression: the table entry, ``sum_j signed_term(j)`` (mu terms, unrolled),
+    j = 0 up, or with ``high_first`` j = mu - 1 down (then the entries that share e's high bits
+    share their first partial sums once unrolled)."""
+    order = range(mu - 1, -1, -1) if high_first else range(mu)
+    first, *rest = order
+    total = signed_term(x, m, c, e, first, mu)
+    for j in rest:
         total = total + signed_term(x, m, c, e, j, mu)
     return total
 

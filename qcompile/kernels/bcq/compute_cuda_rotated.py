@@ -54,7 +54,7 @@ import numpy as np
 from qcompile._tvm import T
 from qcompile.errors import SpecError
 from qcompile.formats.bcq import WORD_BITS
-from qcompile.kernels.bcq.compute import combine_block, signed_term
+from qcompile.kernels.bcq.compute import combine_block, signed_sum
 from qcompile.kernels.bcq.spec import BcqSpec
 from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
 
@@ -79,9 +79,9 @@ RUN = 16
 
 def unfit_reason(spec: BcqSpec) -> str | None:
     """Why ``spec`` cannot run on this compute, or None when it can."""
-    cpg = spec.effective_group_size // MU if spec.mu == MU else 0
     if spec.mu != MU:
         return f"the rotated kernel looks up bytes: mu must be {MU}, got {spec.mu}"
+    cpg = spec.effective_group_size // MU
     if spec.m != 1:
         return f"the rotated kernel is a one-row GEMV (32 KiB of tables per row); M={spec.m}"
     if SLOTS % cpg:
@@ -120,7 +120,8 @@ def layout(group_size: int) -> dict:
 
 
 def rotate_planes(planes, group_size: int):
-    """Packed planes in the format's layout -> the rotated layout (numpy or torch alike).
+    """Packed planes in the format's layout -> the rotated layout (a numpy array in, a numpy
+    array out; a torch tensor in, one on its device out).
 
     Parameters
     ----------
@@ -135,34 +136,20 @@ def rotate_planes(planes, group_size: int):
         Within each group, byte s of column n's bytes (bytes in memory order, the little-endian
         words of the group one after another) holds the group's chunk ``(s + r(n)) % cpg``.
     """
+    import torch
+
+    if isinstance(planes, np.ndarray):
+        return rotate_planes(torch.from_numpy(np.ascontiguousarray(planes)), group_size).numpy()
     cpg = group_size // MU
     q, words, n = planes.shape
     groups = words * WORD_BITS // group_size
-    if isinstance(planes, np.ndarray):
-        by_column = np.ascontiguousarray(np.swapaxes(planes, 1, 2)).view(np.uint8)
-        chunks = by_column.reshape(q, n, groups, cpg)
-        source = (np.arange(cpg)[None, :] + rotation(np.arange(n), cpg)[:, None]) % cpg
-        rotated = np.take_along_axis(chunks, source[None, :, None, :], axis=3)
-        flat = np.ascontiguousarray(rotated).reshape(q, n, words * 4).view(np.int32)
-        return np.ascontiguousarray(np.swapaxes(flat, 1, 2))
-    import torch
-
-    by_column = planes.transpose(1, 2).contiguous().view(torch.uint8)
+    by_column = planes.transpose(1, 2).contiguous().view(torch.uint8)   # [q, N, K / 8] bytes
     chunks = by_column.reshape(q, n, groups, cpg)
     columns = torch.arange(n, device=planes.device)
     source = (torch.arange(cpg, device=planes.device)[None, :]
               + rotation(columns, cpg)[:, None]) % cpg
     rotated = torch.gather(chunks, 3, source[None, :, None, :].expand(q, n, groups, cpg))
     return rotated.contiguous().view(torch.int32).reshape(q, n, words).transpose(1, 2).contiguous()
-
-
-def signed_sum_high_first(x, m, c, e):
-    """float32 expression: table entry e of chunk c, its terms from bit 7 down to bit 0 (the
-    entries that share e's high bits share the first partial sums once unrolled)."""
-    total = signed_term(x, m, c, e, MU - 1, MU)
-    for j in range(MU - 2, -1, -1):
-        total = total + signed_term(x, m, c, e, j, MU)
-    return total
 
 
 def lookup_index(planes, i, g, s, n, slot, words_per_group: int):
@@ -204,8 +191,8 @@ def rotated_compute(spec: BcqSpec):
         for m, g, e, p, r in T.grid(1, G, E, copies, cpg):
             with T.sblock("lut"):
                 vm, vg, ve, vp, vr = T.axis.remap("SSSSS", [m, g, e, p, r])
-                table[vm, vg, ve * SLOTS + vp * cpg + vr] = signed_sum_high_first(
-                    x, vm, vg * cpg + vr, ve)
+                table[vm, vg, ve * SLOTS + vp * cpg + vr] = signed_sum(
+                    x, vm, vg * cpg + vr, ve, MU, high_first=True)
         for m, g, r in T.grid(1, G, cpg):
             with T.sblock("x_sum"):
                 vm, vg, vr = T.axis.remap("SSR", [m, g, r])
