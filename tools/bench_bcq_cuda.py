@@ -138,9 +138,11 @@ GRID_ROTATED = [(256, 2), (256, 4), (128, 1), (128, 2), (512, 1), (512, 2)]
 
 
 def grid_variants(k: int, n: int, q: int, group_size: int, mus: list[int]) -> list[dict]:
-    """The heuristic of every mu (words staged, groups unrolled, words inner where the words
-    fit), at mu 4 the heuristic with ``sums_first``, then :data:`GRID_MU4` / :data:`GRID_MU8`
-    (22 variants at mu 4 and 8). Points that are not candidates for the spec are left out."""
+    """Per mu: where the rotated-chunk GEMV fits (mu = 8, one row), its heuristic first and
+    :data:`GRID_ROTATED`; the table-per-chunk space's heuristic (words staged, groups unrolled,
+    words inner where the words fit; first where the rotated kernel does not fit), at mu 4 it
+    with ``sums_first``, then :data:`GRID_MU4` / :data:`GRID_MU8` (29 variants at mu 4 and 8 on
+    7168x28672). Points that are not candidates for the spec are left out."""
     from qcompile.kernels.bcq.compute_cuda_rotated import unfit_reason
     from schedules.cuda import bcq as cuda_bcq
     from schedules.cuda import bcq_rotated
@@ -246,7 +248,7 @@ def sweep(args, futures: list, layer, weight: torch.Tensor, x: torch.Tensor, cop
     fp16 = Timed("fp16_linear", [lambda w=w: torch.nn.functional.linear(x16, w)
                                  for w in w16_copies], 2 * args.k * args.n + 2 * x.numel())
     fp16.prepare()
-    prepared, rows, timed = {}, [], []  # prepared weights and their copies, by layout
+    bcq, prepared, rows, timed = None, {}, [], []  # prepared: the copies, by layout
     for future in as_completed(futures):
         try:
             job = future.result()
@@ -264,10 +266,12 @@ def sweep(args, futures: list, layer, weight: torch.Tensor, x: torch.Tensor, cop
         try:
             spec = BcqSpec(**job["spec"])
             kernel = qcompile.load(job["so"])
+            if bcq is None:  # the BCQ tensors (GPTQ converted once), the format's layout
+                bcq = family_of(spec).prepare(spec, device="cuda", qweight=layer.qweight,
+                                              scales=layer.scales, qzeros=layer.qzeros)
             layout = json.dumps(kernel.layout, sort_keys=True)
             if layout not in prepared:  # the operands depend on the layout alone
-                weights = kernel.prepare(qweight=layer.qweight, scales=layer.scales,
-                                         qzeros=layer.qzeros)
+                weights = kernel.relayout(bcq)
                 prepared[layout] = [weights.tensors] + [
                     tuple(t.clone() for t in weights.tensors)
                     for _ in range(copies_for(weights.nbytes(), l2) - 1)]

@@ -50,7 +50,7 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
            ) -> Schedule:
     """The layout above; knobs sampled, or pinned by ``fixed`` ({knob: value}).
 
-    Alternatives measured on the H200 (7168x28672, tools/results/h200/bcq_rotated_sweep.json)
+    Alternatives measured on the H200 (7168x28672, tools/results/h200/bcq_rotated_sweep_{1..4}.json)
     and left out: the group's sum of x by a cross-thread reduction of the block (two barriers
     per group; 33.2 against 33.0 us), each copy's entries computed by threads of their own
     (conflict-free stores, the sums done twice: 32.8 against 31.7 us), and the words requested
@@ -108,7 +108,7 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
 def heuristic_knobs(spec: BcqSpec, hw: GpuHardware) -> dict[str, int]:
     """256 threads (or the most up to that which divide N / 4), one group per block.
 
-    H200, 7168x28672 (tools/results/h200/bcq_rotated_sweep.json): 256 threads and one group
+    H200, 7168x28672 (tools/results/h200/bcq_rotated_sweep_{2,4}.json): 256 threads and one group
     31.7 us; 2 or 4 groups per block 32.3-34.9 (the block's groups one after another, each
     behind a barrier); 512 threads 33.5 (53 registers: fewer blocks per SM); 128 threads
     34.5-34.9 (the tables' build spread over fewer lookups)."""
