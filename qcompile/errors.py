@@ -32,3 +32,10 @@ class ArgumentError(QCompileError, ValueError):
 
 class TargetUnavailableError(QCompileError, RuntimeError):
     """This host cannot run the target an operation needs (tuning measures on the target)."""
+
+
+class RecordRefused(DatabaseError):
+    """A tuning record (from a tune, an import, a merge or a shared database) breaks a rule of
+    what a record may hold: an instruction or annotation no design space of ours emits, a
+    digest that does not match its content, a latency that is not a finite positive number.
+    The message names the record's digest, what was found and the rule."""
