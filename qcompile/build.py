@@ -19,10 +19,21 @@ from qcompile import _tvm
 from qcompile.errors import NoRecordError
 from qcompile.kernels import family_of
 from qcompile.kernels.base import KernelSpec
+from qcompile.machine_load import LoadMeter
 from qcompile.manifest import sha256_of, write_manifest
+from qcompile.measure import (
+    Measured,
+    MeasurePolicy,
+    measure_modules,
+    measuring_provenance,
+    this_device_model,
+)
+from qcompile.trust.choice import DEFAULT_TOP, Candidate, believe, choose, store_measurement
+from qcompile.trust.seals import Sealer
 from tuning_db import Storage
 from tuning_db.database import SqlDatabase
 from tuning_db.layers import Layers
+from tuning_db.models import PURPOSE_VERIFY
 
 
 @dataclass(frozen=True)
@@ -30,9 +41,12 @@ class BuildResult:
     so_path: Path
     manifest_path: Path
     record_id: int | None
+    #: The latency build believes for the record (sealed, or re-measured here): not a claim.
     tuned_us: float | None
     #: The database the record came from (URL without password), when it was not tuned here.
     source: str = ""
+    #: How ``tuned_us`` is known, in one line (qcompile.trust.choice).
+    how: str = ""
 
 
 def scheduled_module(mod, record, target) -> _tvm.tvm.IRModule:
@@ -48,39 +62,87 @@ def scheduled_module(mod, record, target) -> _tvm.tvm.IRModule:
 
 
 def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | None = None,
-          hw=None, layers: Layers | None = None) -> BuildResult:
+          hw=None, layers: Layers | None = None, for_another_host: bool = False,
+          top: int = DEFAULT_TOP, policy: MeasurePolicy | None = None) -> BuildResult:
     """Compile the best record of ``spec`` on ``preset`` into ``out_dir/<name>.so`` + manifest.
 
     ``layers`` (default: ``storage`` alone) are searched together, the shared database first:
-    a record a teammate tuned in the shared database builds here with no tuning at all.
+    a record a teammate tuned in the shared database builds here with no tuning at all. The
+    record is chosen among the ``top`` fastest valid ones by a latency this host believes
+    (:mod:`qcompile.trust.choice`): claims that nobody sealed for this machine type are timed
+    here first, and those measurements are stored.
+
+    Parameters
+    ----------
+    for_another_host : bool
+        Build for a machine of another kind than this one: nothing is timed here, so only
+        records sealed for the target (by any device model) may win.
+    top : int
+        How many of the fastest valid records are considered.
+    policy : MeasurePolicy, optional
+        How candidates are timed when they must be.
 
     Raises
     ------
     NoRecordError
-        The database has no successful record for this spec on this target; the message gives
-        the ``qcompile tune`` command that makes one.
+        The database has no successful record for this spec on this target (the message gives
+        the ``qcompile tune`` command that makes one), or none whose latency can be believed.
     """
     layers = layers or Layers.single(storage or Storage())
     hw = hw or preset.hardware()
     target = _tvm.Target(preset.tvm_target(hw))
-    mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, preset.kind))
-    best = SqlDatabase(layers.writer, target, readers=layers.readers).best(mod)
-    if best is None:
+    family = family_of(spec)
+    mod = _tvm.normalize_mod(family.compute_for(spec, preset.kind))
+    database = SqlDatabase(layers.writer, target, readers=layers.readers)
+    found = database.candidates(mod, top)
+    if not found:
         raise NoRecordError(
             f"no tuned record for {spec.name()} on {preset.name} "
             f"({_target_label(preset, hw)}) in {layers.describe()}; run: qcompile tune "
             f"{spec_cli_args(spec)} --target {preset.name}"
         )
-    workload, record = best
+    sealer = Sealer.load()
+    runs_here, why_not = preset.host_support()
+    if for_another_host:
+        runs_here, why_not = False, "the build is --for-another-host"
+    device_model = this_device_model(preset) if runs_here else None
+    by_storage: dict[int, dict] = {}
+    for storage, _, record in found:
+        by_storage.setdefault(id(storage), {}).update(storage.measurements([record.id]))
+    candidates = [Candidate(storage, info, record,
+                            believe(record, by_storage[id(storage)][record.id], sealer,
+                                    device_model))
+                  for storage, info, record in found]
+
+    def measure(timed: list[Candidate]) -> list[Measured]:
+        database.register(mod)  # the writer's workload row from our own compute, not a copy
+        meter = LoadMeter()
+        results = measure_modules([scheduled_module(mod, c.record, target) for c in timed],
+                                  target, policy or MeasurePolicy(
+                                      build_workers=getattr(hw, "cores", None) or 2),
+                                  family.measure_arguments(spec))
+        load = meter.lap()
+        provenance = measuring_provenance(preset)
+        for candidate, measured in zip(timed, results, strict=True):
+            if measured.run_secs:
+                store_measurement(layers.writer, candidate, measured, purpose=PURPOSE_VERIFY,
+                                  provenance=provenance, sealer=sealer, other_load=load)
+        return results
+
+    choice = choose(candidates, label=f"{spec.name()} on {preset.name}",
+                    measure=measure if runs_here else None, cannot_measure_because=why_not)
+    workload, record = choice.workload, choice.record
     scheduled = scheduled_module(mod, record, target)
     so_path, manifest = export(spec, preset, target, scheduled, out_dir, {
-        "id": record.id, "digest": record.digest, "mean_us": record.mean_us,
+        "id": record.id, "digest": record.digest, "mean_us": choice.mean_us,
+        "claimed_us": record.mean_us, "how": choice.how,
         "workload_digest": workload.digest, "database": record.database,
         "measured_by": {"host": record.host, "user": record.user, "device": record.device_model,
-                        "tvm": record.tvm_version, "qcompile": record.qcompile_version},
+                        "tvm": record.tvm_version, "qcompile": record.qcompile_version,
+                        "claimed": record.claimed},
     })
     return BuildResult(so_path=so_path, manifest_path=manifest, record_id=record.id,
-                       tuned_us=record.mean_us, source=record.database)
+                       tuned_us=choice.mean_us, source=record.database, how=choice.how)
 
 
 def build_untuned(spec: KernelSpec, preset, out_dir: str | Path, *, hw=None,

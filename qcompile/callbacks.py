@@ -24,17 +24,28 @@ class RecordMeasurements(ms.measure_callback.PyMeasureCallback):
 
     def __init__(self, database) -> None:
         super().__init__()
+        from qcompile.machine_load import LoadMeter
+
         self.database = database
         self.stored = 0
         self.measured = 0
         self.failed = 0
         self.best_us: float | None = None
+        #: Candidates measured while others kept the machine busy (machine_load.BUSY_SHARE).
+        self.busy = 0
+        #: The most cores others kept busy during one batch.
+        self.max_other_load = 0.0
+        self.load_meter = LoadMeter()
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
         task = task_scheduler.tasks_[task_id]
         workload = self.database.commit_workload(task.ctx.mod)
         target = task.ctx.target
+        # How busy others kept the machine since the last batch: this batch's build and run.
+        load = self.load_meter.lap()
+        busy = self.load_meter.busy(load)
+        self.max_other_load = max(self.max_other_load, load)
         for candidate, built, ran in zip(measure_candidates, builder_results, runner_results,
                                          strict=True):
             self.measured += 1
@@ -49,8 +60,9 @@ class RecordMeasurements(ms.measure_callback.PyMeasureCallback):
                 self.failed += 1
             record = TuningRecord(candidate.sch.trace, workload, secs, target,
                                   candidate.args_info)
-            if self.database.commit_measurement(record, status, error) is not None:
+            if self.database.commit_measurement(record, status, error, load) is not None:
                 self.stored += 1
+            self.busy += busy
             if secs:
                 mean_us = sum(secs) / len(secs) * 1e6
                 self.best_us = mean_us if self.best_us is None else min(self.best_us, mean_us)

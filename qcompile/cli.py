@@ -153,8 +153,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     result = build(spec, targets.get(args.target), args.out, layers=_layers(args))
-    print(f"built {result.so_path} from record {result.record_id} "
-          f"(tuned {result.tuned_us:.1f} us); manifest {result.manifest_path}")
+    print(f"built {result.so_path} from record {result.record_id}: {result.how}; "
+          f"manifest {result.manifest_path}")
     if result.source:
         print(f"  0 trials: the record comes from {result.source}")
     return 0

@@ -7,6 +7,7 @@
     qcompile db import  [--db URL] PATH [--format auto|jsonl|metaschedule]
     qcompile db prune   [--db URL] --keep K [--dry-run]
     qcompile db merge   [--db URL] --from URL [--name S]
+    qcompile db verify  [--db URL] [filters] [--top K] measure the fastest records here, seal
     qcompile db upgrade [--db URL]                     run the schema migrations
     qcompile db check   [--db URL]                     schema revision and integrity
 
@@ -133,26 +134,32 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _detect_format(path: Path) -> str:
-    if path.is_dir() or path.name in ("database_workload.json", "database_tuning_record.json"):
-        return "metaschedule"
-    return "jsonl"
-
-
 def cmd_import(args: argparse.Namespace) -> int:
-    from tuning_db import transfer
+    from qcompile.trust import records
 
     path = Path(args.path)
     if not path.exists():
         raise DatabaseError(f"nothing to import: {path} does not exist")
-    kind = _detect_format(path) if args.format == "auto" else args.format
     storage = _storage(args)
-    if kind == "metaschedule":
-        count = transfer.import_metaschedule(storage, path)
-    else:
-        count = transfer.import_jsonl(storage, path)
-    print(f"imported {count.line()} from {path} ({kind}) into {storage.display_url}")
+    count = _report_refusals(lambda: records.import_file(storage, path, args.format))
+    print(f"imported {count.line()} from {path} into {storage.display_url} (provenance "
+          "claimed: build re-measures these records before it believes their latency)")
     return 0
+
+
+def _report_refusals(work):
+    """Run an import or merge; when it is refused, list every problem on stderr before the
+    error line."""
+    import sys
+
+    from qcompile.trust.records import ImportRefused
+
+    try:
+        return work()
+    except ImportRefused as error:
+        for problem in error.problems:
+            print(f"  refused: {problem}", file=sys.stderr)
+        raise
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -166,12 +173,38 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from tuning_db import Storage, transfer
+    from qcompile.trust import records
+    from tuning_db import Storage
 
     source = Storage(args.source, readonly=True)
     dest = _storage(args)
-    count = transfer.merge(source, dest, name=args.name)
-    print(f"merged {count.line()} from {source.display_url} into {dest.display_url}")
+    count = _report_refusals(lambda: records.merge(source, dest, name=args.name))
+    print(f"merged {count.line()} from {source.display_url} into {dest.display_url} "
+          "(provenance claimed: build re-measures these records before it believes them)")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from qcompile.trust.seals import Sealer
+    from qcompile.trust.verify import verify
+
+    storage = _storage(args)
+    key = Sealer.load()
+    signer = key.names[key.signing_id]
+    results = verify(storage, name=args.name, family=args.family, target=args.target,
+                     top=args.top)
+    if not results:
+        print(f"nothing to verify in {storage.display_url}: no workload for a target this host "
+              "runs matches")
+        return 0
+    for r in results:
+        if r.skipped:
+            print(f"{r.name:44s} {r.target:8s} skipped: {r.skipped}")
+            continue
+        best = f"{r.best_us:.1f} us" if r.best_us is not None else "-"
+        failed = f", {r.failed} failed here" if r.failed else ""
+        print(f"{r.name:44s} {r.target:8s} measured {r.measured} records{failed}, best {best}")
+    print(f"sealed with the {signer}; stored in {storage.display_url}")
     return 0
 
 
@@ -257,6 +290,16 @@ def add_db_commands(db_sub) -> None:
                    help="the database to copy from (opened read-only)")
     p.add_argument("--name", default=None, help="workload names containing this")
     p.set_defaults(func=cmd_merge)
+
+    p = db_sub.add_parser("verify", help="measure the fastest records here and seal them, so "
+                                         "builds on this machine type believe them")
+    add_db_argument(p)
+    p.add_argument("--name", default=None, help="workload names containing this")
+    p.add_argument("--family", default=None, help="this kernel family only")
+    p.add_argument("--target", default=None, help="this target preset only (e.g. avx2)")
+    p.add_argument("--top", type=int, default=3, metavar="K",
+                   help="records per workload to measure (default 3)")
+    p.set_defaults(func=cmd_verify)
 
     p = db_sub.add_parser("upgrade", help="migrate the schema to this qcompile's revision")
     add_db_argument(p)

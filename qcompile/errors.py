@@ -39,3 +39,8 @@ class RecordRefused(DatabaseError):
     what a record may hold: an instruction or annotation no design space of ours emits, a
     digest that does not match its content, a latency that is not a finite positive number.
     The message names the record's digest, what was found and the rule."""
+
+
+class SealKeyError(QCompileError):
+    """A seal key file (the host's, or the team's named by $QCOMPILE_TEAM_KEY_FILE) cannot be
+    used: unreadable, or too short."""

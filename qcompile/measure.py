@@ -8,7 +8,33 @@ seconds ``import tvm`` takes.
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
 from dataclasses import dataclass
+
+#: Linux's prctl option that delivers a signal to a process when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Initializer of every builder and runner worker: end when the tuner ends.
+
+    MetaSchedule's workers are separate Python processes; a tuner killed with SIGKILL cannot
+    stop them, and they would live on (hundreds of MB each). Linux can: ``PR_SET_PDEATHSIG``
+    sends the worker SIGKILL when its parent goes. If the parent is already gone by the time
+    this runs, the worker ends at once.
+    """
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: nothing to arm
+        return
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 def fast_build(mod, target, _params):
@@ -51,7 +77,9 @@ class MeasurePolicy:
         from qcompile._tvm import ms
 
         return ms.builder.LocalBuilder(max_workers=self.build_workers,
-                                       timeout_sec=self.build_timeout_s, f_build=fast_build)
+                                       timeout_sec=self.build_timeout_s, f_build=fast_build,
+                                       initializer=functools.partial(die_with_parent,
+                                                                     os.getpid()))
 
     def runner(self, f_alloc_argument=None):
         """LocalRunner with these settings; ``f_alloc_argument`` (a family's
@@ -62,4 +90,87 @@ class MeasurePolicy:
                                            min_repeat_ms=self.min_repeat_ms,
                                            enable_cpu_cache_flush=False)
         return ms.runner.LocalRunner(timeout_sec=self.run_timeout_s, evaluator_config=config,
-                                     f_alloc_argument=f_alloc_argument)
+                                     f_alloc_argument=f_alloc_argument,
+                                     initializer=functools.partial(die_with_parent,
+                                                                   os.getpid()))
+
+
+def this_device_model(preset) -> str | None:
+    """The model of the device that runs ``preset``'s kernels on this host: the CPU's for CPU
+    targets, the first GPU's for CUDA targets; None on a host without one."""
+    if preset.kind == "cuda":
+        from targets.cuda import gpu_model
+
+        return gpu_model()
+    from targets.host import cpu_model
+
+    return cpu_model()
+
+
+def measuring_provenance(preset):
+    """Who measures here: this host, user and versions; the device model is the GPU's on a
+    GPU target, not the host CPU's."""
+    from dataclasses import replace
+
+    from tuning_db.database import default_provenance
+
+    return replace(default_provenance(),
+                   device_model=this_device_model(preset) or "unknown NVIDIA GPU")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One candidate measured outside a tuning run: its run times, or why it has none."""
+
+    run_secs: list[float] | None
+    error: str | None = None
+
+    @property
+    def mean_us(self) -> float | None:
+        return sum(self.run_secs) / len(self.run_secs) * 1e6 if self.run_secs else None
+
+
+def measure_modules(modules: list, target, policy: MeasurePolicy,
+                    f_alloc_argument=None) -> list[Measured]:
+    """Build and time scheduled modules here, the way tuning does (same builder, runner and
+    timing settings), so the numbers compare with the records' own.
+
+    Parameters
+    ----------
+    modules : list of tvm.IRModule
+        Scheduled workloads (a record's trace replayed on its compute).
+    target : tvm.target.Target
+    policy : MeasurePolicy
+    f_alloc_argument : callable, optional
+        The family's ``measure_arguments(spec)``.
+
+    Returns
+    -------
+    list of Measured
+        In the order of ``modules``.
+    """
+    from qcompile._tvm import ms
+
+    builder = policy.builder()
+    runner = policy.runner(f_alloc_argument)
+    built = builder.build([ms.builder.BuilderInput(mod, target) for mod in modules])
+    results: list[Measured] = []
+    try:
+        for mod, build in zip(modules, built, strict=True):
+            if build.error_msg:
+                results.append(Measured(None, build.error_msg.strip().splitlines()[0][:500]))
+                continue
+            args_info = ms.arg_info.ArgInfo.from_entry_func(mod, remove_preproc=True)
+            (future,) = runner.run([ms.runner.RunnerInput(build.artifact_path,
+                                                          target.kind.name, args_info)])
+            ran = future.result()
+            if ran.error_msg or not ran.run_secs:
+                text = (ran.error_msg or "no run time").strip().splitlines()
+                results.append(Measured(None, (text[0] if text else "failed")[:500]))
+            else:
+                results.append(Measured([float(s) for s in ran.run_secs]))
+    finally:
+        for build in built:
+            if build.artifact_path:
+                shutil.rmtree(os.path.dirname(build.artifact_path), ignore_errors=True)
+    return results

@@ -6,21 +6,31 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from qcompile import _tvm
 from qcompile.callbacks import ProgressBar, RecordMeasurements
 from qcompile.errors import TargetUnavailableError
 from qcompile.kernels import family_of
 from qcompile.kernels.base import KernelSpec
-from qcompile.measure import MeasurePolicy
+from qcompile.measure import MeasurePolicy, measure_modules, measuring_provenance
+from qcompile.trust.choice import Candidate, store_measurement
+from qcompile.trust.seals import Sealer
 from schedules import search_strategy, space_generator, space_kind
 from targets.host import usable_cores
 from tuning_db import Storage
-from tuning_db.database import SqlDatabase, default_provenance
+from tuning_db.database import SqlDatabase
 from tuning_db.layers import Layers
+from tuning_db.models import PURPOSE_REMEASURE
 
 log = logging.getLogger(__name__)
+
+#: Candidates per batch: built and measured together, committed together.
+BATCH = 8
+#: After a busy run, how many of the best candidates are measured again.
+REMEASURE_TOP = 3
+#: How long a busy run waits for a quieter machine before re-measuring (seconds).
+QUIET_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,13 @@ class TuneSummary:
     reused: int = 0
     #: Where the best record lives (URL without password), when it was reused.
     source: str = ""
+    #: Candidates measured while other processes kept the machine busy.
+    busy: int = 0
+    #: The most cores others kept busy during a batch.
+    max_other_load: float = 0.0
+    #: After a busy run: how many of the best were re-measured, and the load then.
+    remeasured: int = 0
+    remeasure_load: float | None = None
 
     def lines(self) -> list[str]:
         best = f"{self.best_us:.1f} us" if self.best_us is not None else "none (no valid record)"
@@ -52,28 +69,29 @@ class TuneSummary:
                 f"  best      {best}   {rate}   (record {self.record_id} in {self.source})",
             ]
         resumed = f", after {self.reused} records already there" if self.reused else ""
-        return [
+        lines = [
             f"tuned {self.name} for {self.target}: {self.trials} trials in {self.elapsed_s:.0f} s "
             f"({self.failed} failed{resumed})",
             f"  best      {best}   {rate}   (record {self.record_id})",
             f"  stored    {self.stored} records in {self.database}",
         ]
-
-
-def _provenance(preset):
-    """Who measured: on a GPU target the device model is the GPU's, not the host CPU's."""
-    provenance = default_provenance()
-    if preset.kind == "cuda":
-        from targets.cuda import gpu_model
-
-        provenance = replace(provenance, device_model=gpu_model() or "unknown NVIDIA GPU")
-    return provenance
+        if self.busy:
+            lines.append(
+                f"  warning   {self.busy} of {self.trials} candidates were measured while other "
+                f"processes kept up to {self.max_other_load:.1f} cores busy: their latencies "
+                "may be inflated")
+            if self.remeasured:
+                quiet = "" if self.remeasure_load is None else \
+                    f" (others then used {self.remeasure_load:.1f} cores)"
+                lines.append(f"            re-measured the {self.remeasured} best{quiet}; the "
+                             "best above is from that run")
+        return lines
 
 
 def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None = None,
          seed: int = 0, hw=None, policy: MeasurePolicy | None = None,
          progress: bool = True, work_dir: str | None = None, layers: Layers | None = None,
-         force: bool = False) -> TuneSummary:
+         force: bool = False, quiet_wait_s: float = QUIET_WAIT_S) -> TuneSummary:
     """Tune ``spec`` for ``preset`` with a budget of ``trials`` measured candidates.
 
     Parameters
@@ -102,6 +120,12 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
         measured for this spec on this target (every layer, this TVM series) count toward the
         budget: when they reach ``trials`` and one succeeded, nothing is tuned ("0 trials,
         reused"); when fewer, only the rest is tuned, seeded by them (a killed run resumes).
+    quiet_wait_s : float
+        When candidates were measured on a busy machine, wait up to this long for it to
+        quieten, then re-measure the :data:`REMEASURE_TOP` best and store those measurements.
+
+    Records are committed after every batch of :data:`BATCH` candidates, so a killed tuner loses
+    at most one batch; its builder and runner processes end with it.
     """
     if trials <= 0:
         raise ValueError(f"trials must be positive; got {trials}")
@@ -121,8 +145,9 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
     policy = policy or MeasurePolicy(build_workers=cores)
     family = family_of(spec)
     mod = _tvm.normalize_mod(family.compute_for(spec, preset.kind))
-    database = SqlDatabase(storage, target, provenance=_provenance(preset),
-                           readers=layers.readers)
+    sealer = Sealer.load()
+    database = SqlDatabase(storage, target, provenance=measuring_provenance(preset),
+                           readers=layers.readers, sealer=sealer)
     started = time.monotonic()
     reused = 0 if force else database.measured(mod)
     if reused:
@@ -154,7 +179,7 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
         ).clone()
         _tvm.ms.tune.tune_tasks(
             tasks=[context], task_weights=[1.0], work_dir=work_dir or scratch,
-            max_trials_global=trials, num_trials_per_iter=min(trials, 16),
+            max_trials_global=trials, num_trials_per_iter=min(trials, BATCH),
             builder=policy.builder(), runner=policy.runner(family.measure_arguments(spec)),
             database=database,
             cost_model="xgb", measure_callbacks=callbacks, task_scheduler="round-robin",
@@ -163,10 +188,40 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
         bar.draw(final=True)
     best = database.best(mod)
     best_us = best[1].mean_us if best else None
+    record_id = best[1].id if best else None
+    remeasured, remeasure_load = 0, None
+    if recorder.busy and best is not None:
+        remeasure_load = recorder.load_meter.wait_for_quiet(quiet_wait_s)
+        remeasured, record_id, best_us = _remeasure_best(
+            database, mod, spec, preset, target, policy, sealer, remeasure_load)
     return TuneSummary(
         name=spec.name(), target=preset.name, trials=recorder.measured, failed=recorder.failed,
         stored=recorder.stored, best_us=best_us,
         gbps=family.bytes_read(spec) / (best_us * 1e3) if best_us else None,
-        record_id=best[1].id if best else None, elapsed_s=time.monotonic() - started,
-        database=storage.display_url, reused=reused,
+        record_id=record_id, elapsed_s=time.monotonic() - started,
+        database=storage.display_url, reused=reused, busy=recorder.busy,
+        max_other_load=recorder.max_other_load, remeasured=remeasured,
+        remeasure_load=remeasure_load,
     )
+
+
+def _remeasure_best(database: SqlDatabase, mod, spec: KernelSpec, preset, target,
+                    policy: MeasurePolicy, sealer: Sealer,
+                    load: float) -> tuple[int, int | None, float | None]:
+    """Measure the :data:`REMEASURE_TOP` best records again and store the measurements;
+    returns (how many were measured, the fastest's id, its latency)."""
+    from qcompile.build import scheduled_module
+
+    candidates = [Candidate(storage, info, record, None)
+                  for storage, info, record in database.candidates(mod, REMEASURE_TOP)]
+    results = measure_modules([scheduled_module(mod, c.record, target) for c in candidates],
+                              target, policy, family_of(spec).measure_arguments(spec))
+    provenance = measuring_provenance(preset)
+    timed = [(c, m) for c, m in zip(candidates, results, strict=True) if m.run_secs]
+    for candidate, measured in timed:
+        store_measurement(database.storage, candidate, measured, purpose=PURPOSE_REMEASURE,
+                          provenance=provenance, sealer=sealer, other_load=load)
+    if not timed:
+        return 0, None, None
+    fastest, measured = min(timed, key=lambda item: item[1].mean_us)
+    return len(timed), fastest.record.id, measured.mean_us

@@ -117,11 +117,14 @@ class SqlDatabase(ms.database.PyDatabase):
     readers : list of Storage, optional
         The lookup order (the shared database, then the local one); default ``[storage]``.
         ``storage`` receives every write.
+    sealer : qcompile.trust.seals.Sealer, optional
+        Seals every successful measurement committed through this view (tuning); None: none.
     """
 
     def __init__(self, storage: Storage, target, provenance: Provenance | None = None,
-                 readers: list[Storage] | None = None) -> None:
+                 readers: list[Storage] | None = None, sealer=None) -> None:
         super().__init__()
+        self.sealer = sealer
         self.storage = storage
         self.readers = list(readers) if readers else [storage]
         self.tvm_series = tvm_series()
@@ -198,6 +201,13 @@ class SqlDatabase(ms.database.PyDatabase):
                 out.append((info, record))
         return out[:k]
 
+    def candidates(self, mod, k: int,
+                   target=None) -> list[tuple[Storage, WorkloadInfo, RecordInfo]]:
+        """:meth:`ranked`, with the storage (layer) each record was read from."""
+        by_url = {storage.display_url: storage for storage in self.readers}
+        return [(by_url[record.database], info, record)
+                for info, record in self.ranked(mod, k, target)]
+
     def measured(self, mod, target=None) -> int:
         """Records (every status, this TVM series) of ``mod`` over every layer: the trials
         already spent."""
@@ -217,17 +227,22 @@ class SqlDatabase(ms.database.PyDatabase):
         )
 
     def commit_measurement(self, record: TuningRecord, status: str,
-                           error: str | None) -> int | None:
-        """Store one measured candidate with its status (what MetaSchedule's own path lacks)."""
+                           error: str | None, other_load: float | None = None) -> int | None:
+        """Store one measured candidate with its status (what MetaSchedule's own path lacks),
+        how busy the machine was (``other_load``, cores), and the seal of :attr:`sealer`."""
         info, _ = self._lookup(record.workload.mod, create=True)
         trace_json, run_secs, target_dict, args_info = record_json(record)
         trace_text = json.dumps(trace_json, sort_keys=True, separators=(",", ":"))
         secs = [float(s) for s in run_secs] if status == STATUS_OK else None
+        digest = record_digest(info.digest, trace_text)
+        seal = ""
+        if secs and self.sealer is not None:
+            seal = self.sealer.seal(digest, self.provenance.device_model, secs, "tune")
         return self.storage.add_record(
-            workload_id=info.id, digest=record_digest(info.digest, trace_text), status=status,
+            workload_id=info.id, digest=digest, status=status,
             run_secs=secs, trace_json=trace_text, args_info_json=json.dumps(args_info),
             target_json=canonical_json(target_dict), error=error, provenance=self.provenance,
-            origin="tune",
+            origin="tune", seal=seal, other_load=other_load,
         )
 
     def register(self, mod) -> WorkloadInfo:
@@ -268,11 +283,13 @@ class SqlDatabase(ms.database.PyDatabase):
                 for _, record in self.ranked(workload.mod, top_k)]
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
+        """The successful records of the workloads this view has looked up in this process,
+        fastest first (a stored IRModule is never deserialized: the workloads are our own
+        computes, and their records pass :meth:`ranked`'s checks)."""
         out = []
-        for storage in self.readers:
-            for info in storage.workloads(self.target_key):
-                workload = Workload.from_json(json.loads(info.mod_json))
-                out.extend(self._to_tuning_record(r, workload) for r in storage.records(info.id))
+        for _, workload in self._workloads.values():
+            out.extend(self._to_tuning_record(record, workload)
+                       for _, record in self.ranked(workload.mod, 1 << 30))
         return out
 
     def query_tuning_record(self, mod, target, workload_name=None) -> TuningRecord | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import (
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    false,
     func,
 )
 from sqlalchemy.dialects import mysql
@@ -32,6 +34,11 @@ STATUS_OK = "ok"
 STATUS_BUILD_ERROR = "build_error"
 STATUS_RUN_ERROR = "run_error"
 STATUSES = (STATUS_OK, STATUS_BUILD_ERROR, STATUS_RUN_ERROR)
+
+#: Why a record was measured again (the ``measurements`` table).
+PURPOSE_VERIFY = "verify"  # build or ``db verify`` on a host that did not measure it
+PURPOSE_REMEASURE = "remeasure"  # tune, on a quieter machine than its first measurement
+PURPOSES = (PURPOSE_VERIFY, PURPOSE_REMEASURE)
 
 
 #: JSON text: MySQL/MariaDB's TEXT stops at 64 KiB, so it is LONGTEXT there (revision 0002).
@@ -85,6 +92,45 @@ class RecordRow(Base):
     # How the record came here: "tune", "import FILE", "merge URL" (revision 0002).
     origin: Mapped[str] = mapped_column(String(255), nullable=False, default="",
                                         server_default="")
+    # Trust (revision 0003): provenance that came by import or merge is only claimed; the seal
+    # is an HMAC by the measuring host's or a team's key (qcompile.trust.seals); other_load is
+    # how many cores other processes kept busy while it was measured.
+    claimed: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False,
+                                          server_default=false())
+    seal: Mapped[str] = mapped_column(String(160), nullable=False, default="", server_default="")
+    other_load: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, server_default=func.now())
 
     workload: Mapped[WorkloadRow] = relationship(back_populates="records")
+    measurements: Mapped[list[MeasurementRow]] = relationship(
+        back_populates="record", cascade="all, delete-orphan", passive_deletes=True)
+
+
+class MeasurementRow(Base):
+    """A later measurement of a record: build re-measuring candidates on its host, tune
+    re-measuring its best on a quieter machine, ``db verify`` (revision 0003)."""
+
+    __tablename__ = "measurements"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+    record_id: Mapped[int] = mapped_column(
+        ForeignKey("tuning_records.id", ondelete="CASCADE"), nullable=False, index=True)
+    purpose: Mapped[str] = mapped_column(String(16), nullable=False)
+    run_secs_json: Mapped[str] = mapped_column(JsonText, nullable=False)
+    mean_us: Mapped[float] = mapped_column(Float, nullable=False)
+    other_load: Mapped[float | None] = mapped_column(Float, nullable=True)
+    host: Mapped[str] = mapped_column(String(255), nullable=False, default="", server_default="")
+    device_model: Mapped[str] = mapped_column(String(255), nullable=False, default="",
+                                              server_default="")
+    user: Mapped[str] = mapped_column(String(128), nullable=False, default="", server_default="")
+    tvm_version: Mapped[str] = mapped_column(String(64), nullable=False, default="",
+                                             server_default="")
+    qcompile_version: Mapped[str] = mapped_column(String(64), nullable=False, default="",
+                                                  server_default="")
+    claimed: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False,
+                                          server_default=false())
+    seal: Mapped[str] = mapped_column(String(160), nullable=False, default="", server_default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime, server_default=func.now())
+
+    record: Mapped[RecordRow] = relationship(back_populates="measurements")

@@ -30,15 +30,15 @@ from qcompile.errors import DatabaseError
 from tuning_db.models import Base
 
 #: The newest revision (``tuning_db/migrations/versions``); a test keeps it equal to Alembic's.
-HEAD = "0002"
+HEAD = "0003"
 #: Revisions oldest first: what ``qcompile db upgrade`` walks through.
-REVISIONS = ("0001", "0002")
+REVISIONS = ("0001", "0002", "0003")
 #: The revision whose tables match a database made before migrations (``create_all``).
 BASELINE = "0001"
 
 _VERSION_TABLE = Table("alembic_version", MetaData(),
                        Column("version_num", String(32), primary_key=True))
-_TABLES = ("workloads", "tuning_records")
+_TABLES = ("workloads", "tuning_records", "measurements")
 _LOCK_KEY = 0x71636F6D  # "qcom": the advisory lock id of schema changes
 _LOCK_NAME = "qcompile_tuning_db_schema"
 

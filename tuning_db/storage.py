@@ -30,7 +30,9 @@ lost, duplicated or corrupted by another:
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import random
 import time
 from collections.abc import Callable
@@ -47,7 +49,14 @@ from sqlalchemy.pool import StaticPool
 
 from qcompile.errors import DatabaseError
 from tuning_db import schema
-from tuning_db.models import STATUS_OK, STATUSES, RecordRow, WorkloadRow
+from tuning_db.models import (
+    PURPOSES,
+    STATUS_OK,
+    STATUSES,
+    MeasurementRow,
+    RecordRow,
+    WorkloadRow,
+)
 from tuning_db.url import default_url, redact, resolve_url
 
 #: SQLite waits this long for a lock before "database is locked".
@@ -96,6 +105,34 @@ class RecordInfo:
     origin: str = ""
     #: The database it was read from (URL without its password).
     database: str = ""
+    #: Provenance came by an import or a merge: what the source said, not what we saw.
+    claimed: bool = False
+    #: HMAC of the measuring host's or a team's key (qcompile.trust.seals); "" when none.
+    seal: str = ""
+    #: Cores other processes kept busy while it was measured (None: not recorded).
+    other_load: float | None = None
+
+
+@dataclass(frozen=True)
+class MeasurementInfo:
+    """A later measurement of a record (build's re-measurement, tune's quieter re-measure,
+    ``db verify``), with its own provenance and seal."""
+
+    id: int
+    digest: str
+    record_id: int
+    purpose: str
+    run_secs: list[float]
+    mean_us: float
+    other_load: float | None
+    host: str
+    device_model: str
+    user: str
+    tvm_version: str
+    qcompile_version: str
+    claimed: bool
+    seal: str
+    created_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -137,8 +174,23 @@ def _record_info(row: RecordRow, database: str = "") -> RecordInfo:
         target_json=row.target_json, host=row.host, device_model=row.device_model,
         tvm_version=row.tvm_version, qcompile_version=row.qcompile_version, user=row.user,
         created_at=row.created_at, tvm_ffi_version=row.tvm_ffi_version, origin=row.origin,
-        database=database,
+        database=database, claimed=bool(row.claimed), seal=row.seal or "",
+        other_load=row.other_load,
     )
+
+
+def _measurement_info(row: MeasurementRow) -> MeasurementInfo:
+    return MeasurementInfo(
+        id=row.id, digest=row.digest, record_id=row.record_id, purpose=row.purpose,
+        run_secs=json.loads(row.run_secs_json), mean_us=row.mean_us, other_load=row.other_load,
+        host=row.host, device_model=row.device_model, user=row.user,
+        tvm_version=row.tvm_version, qcompile_version=row.qcompile_version,
+        claimed=bool(row.claimed), seal=row.seal or "", created_at=row.created_at)
+
+
+def mean_us_of(run_secs: list[float]) -> float:
+    """The latency a record ranks by: the mean of its run times, in microseconds."""
+    return sum(run_secs) / len(run_secs) * 1e6
 
 
 def _retryable(error: DBAPIError) -> bool:
@@ -178,6 +230,72 @@ def _make_engine(url: str) -> Engine:
         cursor.close()
 
     return engine
+
+
+def record_values(*, workload_id: int | None, digest: str, status: str,
+                  run_secs: list[float] | None, trace_json: str, args_info_json: str,
+                  target_json: str, error: str | None = None,
+                  provenance: Provenance | None = None, origin: str = "tune",
+                  created_at: datetime | None = None, claimed: bool = False, seal: str = "",
+                  other_load: float | None = None) -> dict:
+    """The column values of one ``tuning_records`` row, checked: a known status, and an ok
+    record's run times finite and positive (a failure has none)."""
+    if status not in STATUSES:
+        raise ValueError(f"record status must be one of {STATUSES}; got {status!r}")
+    if status == STATUS_OK:
+        _check_run_secs(run_secs, digest)
+    p = provenance or Provenance()
+    values = dict(
+        digest=digest, workload_id=workload_id, status=status,
+        mean_us=mean_us_of(run_secs) if status == STATUS_OK else None,
+        run_secs_json=json.dumps(run_secs) if status == STATUS_OK else None, error=error,
+        trace_json=trace_json, args_info_json=args_info_json, target_json=target_json,
+        host=p.host, device_model=p.device_model, tvm_version=p.tvm_version,
+        tvm_ffi_version=p.tvm_ffi_version, qcompile_version=p.qcompile_version, user=p.user,
+        origin=origin[:255], claimed=claimed, seal=seal, other_load=other_load,
+    )
+    if created_at is not None:
+        values["created_at"] = created_at
+    return values
+
+
+def measurement_values(*, record_id: int | None, digest: str, purpose: str,
+                       run_secs: list[float], provenance: Provenance,
+                       other_load: float | None = None, seal: str = "", claimed: bool = False,
+                       created_at: datetime | None = None) -> dict:
+    """The column values of one ``measurements`` row, checked like :func:`record_values`."""
+    if purpose not in PURPOSES:
+        raise ValueError(f"measurement purpose must be one of {PURPOSES}; got {purpose!r}")
+    _check_run_secs(run_secs, digest)
+    values = dict(
+        digest=digest, record_id=record_id, purpose=purpose, run_secs_json=json.dumps(run_secs),
+        mean_us=mean_us_of(run_secs), other_load=other_load, host=provenance.host,
+        device_model=provenance.device_model, user=provenance.user,
+        tvm_version=provenance.tvm_version, qcompile_version=provenance.qcompile_version,
+        claimed=claimed, seal=seal)
+    if created_at is not None:
+        values["created_at"] = created_at
+    return values
+
+
+def measurement_digest(record_digest: str, purpose: str, device_model: str,
+                       run_secs: list[float], created_at: datetime | None) -> str:
+    """The database key of a measurement: what was measured, why, on what, how fast, when."""
+    stamp = created_at.isoformat() if created_at else ""
+    text = json.dumps([record_digest, purpose, device_model, [repr(float(s)) for s in run_secs],
+                       stamp], separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_run_secs(run_secs, digest: str) -> None:
+    if not isinstance(run_secs, list) or not run_secs:
+        raise ValueError(f"record {digest[:12]}: a measurement needs its run times; "
+                         f"got {run_secs!r}")
+    for value in run_secs:
+        if (not isinstance(value, int | float) or isinstance(value, bool)
+                or not math.isfinite(value) or value <= 0):
+            raise ValueError(f"record {digest[:12]}: run times must be finite positive seconds; "
+                             f"got {value!r}")
 
 
 class Storage:
@@ -386,31 +504,99 @@ class Storage:
                    run_secs: list[float] | None, trace_json: str, args_info_json: str,
                    target_json: str, error: str | None = None,
                    provenance: Provenance | None = None, origin: str = "tune",
-                   created_at: datetime | None = None) -> int | None:
+                   created_at: datetime | None = None, claimed: bool = False, seal: str = "",
+                   other_load: float | None = None) -> int | None:
         """Store one measured candidate; returns its id, or None if that digest was stored before.
 
         ``status`` is "ok" (``run_secs`` required) or a failure status with ``error`` text;
         failures have no latency, so they can never rank as a best record. ``created_at`` is
-        the database's clock unless given (an imported record keeps its own).
+        the database's clock unless given (an imported record keeps its own). ``claimed``,
+        ``seal`` and ``other_load``: see :class:`RecordInfo`.
         """
-        if status not in STATUSES:
-            raise ValueError(f"record status must be one of {STATUSES}; got {status!r}")
-        if status == STATUS_OK and not run_secs:
-            raise ValueError("an ok record needs its measured run_secs")
-        mean_us = sum(run_secs) / len(run_secs) * 1e6 if status == STATUS_OK else None
-        p = provenance or Provenance()
-        values = dict(
-            digest=digest, workload_id=workload_id, status=status, mean_us=mean_us,
-            run_secs_json=json.dumps(run_secs) if run_secs else None, error=error,
+        values = record_values(
+            workload_id=workload_id, digest=digest, status=status, run_secs=run_secs,
             trace_json=trace_json, args_info_json=args_info_json, target_json=target_json,
-            host=p.host, device_model=p.device_model, tvm_version=p.tvm_version,
-            tvm_ffi_version=p.tvm_ffi_version, qcompile_version=p.qcompile_version, user=p.user,
-            origin=origin[:255],
-        )
-        if created_at is not None:
-            values["created_at"] = created_at
+            error=error, provenance=provenance, origin=origin, created_at=created_at,
+            claimed=claimed, seal=seal, other_load=other_load)
         return self._run(
             lambda session: self._insert_ignore(session, RecordRow.__table__, values), write=True)
+
+    def add_measurement(self, *, record_id: int, digest: str, purpose: str,
+                        run_secs: list[float], provenance: Provenance,
+                        other_load: float | None = None, seal: str = "",
+                        claimed: bool = False, created_at: datetime | None = None) -> int | None:
+        """Store a later measurement of record ``record_id``; returns its id, or None if that
+        digest was stored before."""
+        values = measurement_values(
+            record_id=record_id, digest=digest, purpose=purpose, run_secs=run_secs,
+            provenance=provenance, other_load=other_load, seal=seal, claimed=claimed,
+            created_at=created_at)
+        return self._run(
+            lambda session: self._insert_ignore(session, MeasurementRow.__table__, values),
+            write=True)
+
+    def measurements(self, record_ids: list[int]) -> dict[int, list[MeasurementInfo]]:
+        """The later measurements of each record in ``record_ids``, oldest first."""
+        if not record_ids:
+            return {}
+
+        def work(session):
+            out: dict[int, list[MeasurementInfo]] = {rid: [] for rid in record_ids}
+            for start in range(0, len(record_ids), 500):
+                chunk = record_ids[start:start + 500]
+                query = (select(MeasurementRow).where(MeasurementRow.record_id.in_(chunk))
+                         .order_by(MeasurementRow.id))
+                for row in session.scalars(query):
+                    out[row.record_id].append(_measurement_info(row))
+            return out
+
+        return self._run(work)
+
+    def import_batch(self, workloads: list[dict], records: list[dict],
+                     measurements: list[dict]) -> tuple[int, int, int]:
+        """Insert-or-get workloads, records and measurements in ONE transaction: all or nothing.
+
+        ``workloads``: column values (:data:`tuning_db.models.WorkloadRow` columns).
+        ``records``: :func:`record_values` dicts whose ``workload_id`` is replaced by
+        ``workload_digest``. ``measurements``: :func:`measurement_values` dicts whose
+        ``record_id`` is replaced by ``record_digest``. Returns how many records and
+        measurements were new, and how many records were there already.
+        """
+        def work(session):
+            workload_ids = {}
+            for values in workloads:
+                self._insert_ignore(session, WorkloadRow.__table__, values)
+                row = session.scalar(select(WorkloadRow).where(
+                    WorkloadRow.digest == values["digest"]))
+                if row.mod_hash != values["mod_hash"]:
+                    raise DatabaseError(
+                        f"workload {values['name']} ({values['digest'][:12]}) exists in "
+                        f"{self.display_url} with different TensorIR (structural hash "
+                        f"{row.mod_hash} != {values['mod_hash']})")
+                workload_ids[values["digest"]] = row.id
+            new_records = present = 0
+            record_ids = {}
+            for values in records:
+                values = dict(values)
+                values["workload_id"] = workload_ids[values.pop("workload_digest")]
+                inserted = self._insert_ignore(session, RecordRow.__table__, values)
+                new_records += inserted is not None
+                present += inserted is None
+                record_ids[values["digest"]] = inserted if inserted is not None else \
+                    session.scalar(select(RecordRow.id).where(
+                        RecordRow.digest == values["digest"]))
+            new_measurements = 0
+            for values in measurements:
+                values = dict(values)
+                record_digest = values.pop("record_digest")
+                record_id = record_ids.get(record_digest) or session.scalar(
+                    select(RecordRow.id).where(RecordRow.digest == record_digest))
+                values["record_id"] = record_id
+                new_measurements += self._insert_ignore(
+                    session, MeasurementRow.__table__, values) is not None
+            return new_records, new_measurements, present
+
+        return self._run(work, write=True)
 
     def top_records(self, workload_id: int, k: int,
                     tvm_series: str | None = None) -> list[RecordInfo]:
@@ -497,8 +683,10 @@ class Storage:
                 doomed = ranked[keep:]
                 if doomed and not dry_run:
                     for start in range(0, len(doomed), 500):
-                        session.execute(delete(RecordRow).where(
-                            RecordRow.id.in_(doomed[start:start + 500])))
+                        chunk = doomed[start:start + 500]
+                        session.execute(delete(MeasurementRow).where(
+                            MeasurementRow.record_id.in_(chunk)))
+                        session.execute(delete(RecordRow).where(RecordRow.id.in_(chunk)))
                 return len(doomed)
 
             removed += self._run(work, write=not dry_run)
@@ -521,7 +709,13 @@ class Storage:
                     ~RecordRow.workload_id.in_(select(WorkloadRow.id))))
             if orphans:
                 problems.append(f"{orphans} records belong to no workload")
-            for row, table in ((WorkloadRow, "workloads"), (RecordRow, "tuning_records")):
+            orphans = session.scalar(
+                select(func.count(MeasurementRow.id)).where(
+                    ~MeasurementRow.record_id.in_(select(RecordRow.id))))
+            if orphans:
+                problems.append(f"{orphans} measurements belong to no record")
+            for row, table in ((WorkloadRow, "workloads"), (RecordRow, "tuning_records"),
+                               (MeasurementRow, "measurements")):
                 dupes = session.execute(
                     select(row.digest).group_by(row.digest).having(func.count(row.id) > 1)
                 ).scalars().all()

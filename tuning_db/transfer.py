@@ -1,43 +1,54 @@
-"""Moving records between databases and files: JSON lines, MetaSchedule's JSONDatabase, merge.
+"""Records as files: JSON lines and MetaSchedule's JSONDatabase, read into plain line dicts and
+written from a database. Nothing here trusts what it reads: the lines go to
+:mod:`qcompile.trust.records`, which validates all of them before one transaction stores them.
 
-JSON lines (``.jsonl``): a header line, then every workload followed by its records::
+JSON lines (``.jsonl``): a header line, then every workload followed by its records, each
+followed by its later measurements::
 
-    {"format": "qcompile-tuning-records", "version": 1, "schema": "0002"}
-    {"type": "workload", "digest": ..., "name": ..., "spec_json": ..., "mod_json": ..., ...}
+    {"format": "qcompile-tuning-records", "version": 2, "schema": "0003"}
+    {"type": "workload", "digest": ..., "name": ..., "spec_json": ..., "target_json": ..., ...}
     {"type": "record", "workload": <workload digest>, "digest": ..., "status": "ok",
-     "run_secs": [...], "trace_json": ..., "host": ..., "user": ..., "created_at": ISO, ...}
+     "run_secs": [...], "trace_json": ..., "host": ..., "user": ..., "created_at": ISO,
+     "claimed": false, "seal": ..., "other_load": ..., ...}
+    {"type": "measurement", "record": <record digest>, "digest": ..., "purpose": "verify",
+     "run_secs": [...], "device_model": ..., "seal": ..., ...}
 
-Every field of the database is kept (provenance and failures included), so export then import
-into an empty database gives the same records; importing twice stores them once (digests).
-
-MetaSchedule's JSONDatabase is two files: ``database_workload.json`` (a line per workload:
-``[structural hash, base64 IRModule]``) and ``database_tuning_record.json`` (a line per record:
-``[workload line number, [trace, run_secs, target, args_info]]``). Export writes successful
-records only (MetaSchedule has no failure status); import keeps the workloads that are qcompile
-kernels (their PrimFunc names its spec) and skips others, saying how many.
+Version 1 files (no measurements, seals or loads) still import. MetaSchedule's JSONDatabase is
+two files: ``database_workload.json`` (a line per workload: ``[structural hash, base64
+IRModule]``) and ``database_tuning_record.json`` (a line per record: ``[workload line, [trace,
+run_secs, target, args_info]]``). Its IRModules are never deserialized: the kernel spec is read
+out of the module's JSON as text, and the TensorIR is rebuilt from the spec.
 """
 
 from __future__ import annotations
 
+import base64
 import json
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from qcompile.errors import DatabaseError
 from tuning_db.models import STATUS_OK
 from tuning_db.schema import HEAD
-from tuning_db.storage import Provenance, RecordInfo, Storage, WorkloadInfo
+from tuning_db.storage import Storage, WorkloadInfo
 
 FORMAT = "qcompile-tuning-records"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MS_WORKLOADS = "database_workload.json"
 MS_RECORDS = "database_tuning_record.json"
+#: The PrimFunc attribute that names a workload's kernel spec (qcompile.kernels.base.SPEC_ATTR).
+SPEC_ATTR = "qcompile.spec"
+#: The longest line read from a file (a large workload's IRModule is a few hundred KiB).
+MAX_LINE_BYTES = 16 << 20
 
-_WORKLOAD_FIELDS = ("digest", "name", "family", "spec_digest", "spec_json", "target_key",
-                    "target_json", "mod_hash", "mod_json")
-_PROVENANCE_FIELDS = ("host", "device_model", "tvm_version", "tvm_ffi_version",
-                      "qcompile_version", "user")
+WORKLOAD_FIELDS = ("digest", "name", "family", "spec_digest", "spec_json", "target_key",
+                   "target_json", "mod_hash", "mod_json")
+PROVENANCE_FIELDS = ("host", "device_model", "tvm_version", "tvm_ffi_version",
+                     "qcompile_version", "user")
+MEASUREMENT_FIELDS = ("digest", "purpose", "run_secs", "other_load", "host", "device_model",
+                      "user", "tvm_version", "qcompile_version", "claimed", "seal")
 
 
 @dataclass
@@ -47,19 +58,22 @@ class TransferCount:
     workloads: int = 0
     records: int = 0
     duplicates: int = 0  # records already present (same digest): stored once
-    skipped: int = 0  # workloads or records that could not be taken, with reasons below
-    reasons: list[str] | None = None
+    measurements: int = 0
+    skipped: int = 0  # what a MetaSchedule file holds that is not ours to take, with reasons
+    reasons: list[str] = field(default_factory=list)
 
     def skip(self, reason: str) -> None:
         self.skipped += 1
-        self.reasons = (self.reasons or []) + [reason]
+        self.reasons.append(reason)
 
     def line(self) -> str:
         text = f"{self.workloads} workloads, {self.records} records"
         if self.duplicates:
             text += f" ({self.duplicates} already there)"
+        if self.measurements:
+            text += f", {self.measurements} measurements"
         if self.skipped:
-            text += f"; skipped {self.skipped}: " + "; ".join(sorted(set(self.reasons or []))[:3])
+            text += f"; skipped {self.skipped}: " + "; ".join(sorted(set(self.reasons))[:3])
         return text
 
 
@@ -67,91 +81,91 @@ def _selected(storage: Storage, name: str | None) -> list[WorkloadInfo]:
     return [w for w in storage.workloads() if name is None or name in w.name]
 
 
-def _copy_workload(dest: Storage, info: WorkloadInfo | dict) -> WorkloadInfo:
-    values = {f: (info[f] if isinstance(info, dict) else getattr(info, f))
-              for f in _WORKLOAD_FIELDS}
-    stored = dest.get_or_create_workload(**values)
-    if stored.mod_hash != values["mod_hash"]:
-        raise DatabaseError(
-            f"workload {values['name']} ({values['digest'][:12]}) exists in "
-            f"{dest.display_url} with different TensorIR (structural hash {stored.mod_hash} != "
-            f"{values['mod_hash']}): the two databases disagree on its compute definition")
-    return stored
+# ---- a database as lines (export, merge) -------------------------------------------------------
 
 
-def _copy_record(dest: Storage, workload_id: int, record: RecordInfo | dict,
-                 origin: str) -> int | None:
-    get = record.get if isinstance(record, dict) else lambda f: getattr(record, f)
-    created = get("created_at")
-    if isinstance(created, str):
-        created = datetime.fromisoformat(created)
-    provenance = Provenance(**{f: get(f) or "" for f in _PROVENANCE_FIELDS})
-    return dest.add_record(
-        workload_id=workload_id, digest=get("digest"), status=get("status"),
-        run_secs=get("run_secs"), trace_json=get("trace_json"),
-        args_info_json=get("args_info_json"), target_json=get("target_json"),
-        error=get("error"), provenance=provenance, origin=origin, created_at=created)
-
-
-# ---- JSON lines --------------------------------------------------------------------------------
+def database_lines(storage: Storage, *, name: str | None = None) -> Iterator[dict]:
+    """Every workload (whose name contains ``name``), record and measurement of ``storage`` as
+    the line dicts of a JSON lines export."""
+    for info in _selected(storage, name):
+        yield {"type": "workload", **{f: getattr(info, f) for f in WORKLOAD_FIELDS}}
+        records = storage.records(info.id)
+        measurements = storage.measurements([r.id for r in records])
+        for record in records:
+            yield {
+                "type": "record", "workload": info.digest, "digest": record.digest,
+                "status": record.status, "run_secs": record.run_secs, "error": record.error,
+                "trace_json": record.trace_json, "args_info_json": record.args_info_json,
+                "target_json": record.target_json, "origin": record.origin,
+                "created_at": record.created_at.isoformat() if record.created_at else None,
+                "claimed": record.claimed, "seal": record.seal, "other_load": record.other_load,
+                **{f: getattr(record, f) for f in PROVENANCE_FIELDS},
+            }
+            for m in measurements[record.id]:
+                yield {"type": "measurement", "record": record.digest,
+                       "created_at": m.created_at.isoformat() if m.created_at else None,
+                       **{f: getattr(m, f) for f in MEASUREMENT_FIELDS}}
 
 
 def export_jsonl(storage: Storage, path: str | Path, *, name: str | None = None) -> TransferCount:
-    """Write the workloads (whose name contains ``name``) and all their records to ``path``."""
+    """Write the workloads (whose name contains ``name``), their records and measurements to
+    ``path`` (written whole, then renamed into place). Origins leave with a URL's secrets
+    removed, whatever an older database holds."""
+    from tuning_db.url import redact_origin
+
     count = TransferCount()
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w") as out:
         out.write(json.dumps({"format": FORMAT, "version": VERSION, "schema": HEAD}) + "\n")
-        for info in _selected(storage, name):
-            line = {"type": "workload", **{f: getattr(info, f) for f in _WORKLOAD_FIELDS}}
-            out.write(json.dumps(line) + "\n")
-            count.workloads += 1
-            for record in storage.records(info.id):
-                out.write(json.dumps({
-                    "type": "record", "workload": info.digest, "digest": record.digest,
-                    "status": record.status, "run_secs": record.run_secs, "error": record.error,
-                    "trace_json": record.trace_json, "args_info_json": record.args_info_json,
-                    "target_json": record.target_json, "origin": record.origin,
-                    "created_at": record.created_at.isoformat() if record.created_at else None,
-                    **{f: getattr(record, f) for f in _PROVENANCE_FIELDS},
-                }) + "\n")
+        for line in database_lines(storage, name=name):
+            if line["type"] == "record":
+                line["origin"] = redact_origin(line["origin"] or "")
                 count.records += 1
+            elif line["type"] == "workload":
+                count.workloads += 1
+            else:
+                count.measurements += 1
+            out.write(json.dumps(line) + "\n")
     tmp.replace(path)
     return count
 
 
-def import_jsonl(storage: Storage, path: str | Path) -> TransferCount:
-    """Insert-or-get every workload of a JSON lines file and add its records (idempotent)."""
+# ---- JSON lines in ------------------------------------------------------------------------------
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[str, object]]:
+    """(where, parsed JSON) for every line after the header of a JSON lines export; a line that
+    is not JSON comes as (where, None). Raises DatabaseError when the file is not an export of
+    a version this qcompile reads."""
     path = Path(path)
-    count = TransferCount()
-    workloads: dict[str, WorkloadInfo] = {}
-    with open(path) as lines:
-        header = json.loads(lines.readline() or "{}")
-        if header.get("format") != FORMAT:
+    try:
+        handle = open(path, "rb")
+    except OSError as error:
+        raise DatabaseError(f"cannot read {path}: {error.strerror or error}") from None
+    with handle:
+        header = _json_line(handle.readline(MAX_LINE_BYTES + 1))
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
             raise DatabaseError(f"{path}: not a qcompile JSON lines export (its first line must "
                                 f"carry \"format\": \"{FORMAT}\")")
-        if header.get("version") != VERSION:
-            raise DatabaseError(f"{path}: export format version {header.get('version')}; this "
-                                f"qcompile reads version {VERSION}")
-        for number, text in enumerate(lines, 2):
-            if not text.strip():
+        if header.get("version") not in READABLE_VERSIONS:
+            raise DatabaseError(f"{path}: export format version {header.get('version')!r}; this "
+                                f"qcompile reads versions {', '.join(map(str, READABLE_VERSIONS))}")
+        for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), 2):
+            if not raw.strip():
                 continue
-            line = json.loads(text)
-            if line.get("type") == "workload":
-                workloads[line["digest"]] = _copy_workload(storage, line)
-                count.workloads += 1
-            elif line.get("type") == "record":
-                workload = workloads.get(line["workload"])
-                if workload is None:
-                    raise DatabaseError(f"{path}:{number}: record of workload "
-                                        f"{line['workload'][:12]} before that workload's line")
-                if _copy_record(storage, workload.id, line, f"import {path.name}") is None:
-                    count.duplicates += 1
-                count.records += 1
-            else:
-                raise DatabaseError(f"{path}:{number}: unknown line type {line.get('type')!r}")
-    return count
+            if len(raw) > MAX_LINE_BYTES:
+                yield f"{path.name}:{number}", None
+                handle.readline()  # skip the rest of that line
+                continue
+            yield f"{path.name}:{number}", _json_line(raw)
+
+
+def _json_line(raw: bytes) -> object:
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
 
 
 # ---- MetaSchedule's JSONDatabase ----------------------------------------------------------------
@@ -187,85 +201,91 @@ def metaschedule_paths(path: str | Path) -> tuple[Path, Path]:
     return workloads, records
 
 
-def import_metaschedule(storage: Storage, path: str | Path,
-                        provenance: Provenance | None = None) -> TransferCount:
-    """Import a MetaSchedule JSONDatabase (a directory, or either of its files).
+def spec_json_of_workload(workload_json: object) -> str | None:
+    """The kernel spec a MetaSchedule workload line names (its PrimFunc's ``qcompile.spec``
+    attribute), read from the module's serialized JSON as text, or None when it names none.
 
-    Workloads that are not qcompile kernels are skipped (their PrimFunc carries no spec). A
-    record's target comes from the record (MetaSchedule keys workloads by IRModule only), so one
-    MetaSchedule workload may become several here, one per target. Records get ``provenance``
-    (default: the importing host's versions, no host or user: the file does not say).
+    The IRModule is never deserialized: the base64 payload is a short header then TVM's JSON
+    graph, whose nodes are plain JSON; the attribute is a map entry whose key node is the
+    string ``qcompile.spec``.
     """
-    from qcompile import _tvm
-    from qcompile.kernels import spec_from_dict
-    from targets import canonical_json, target_key
-    from tuning_db.database import record_digest, spec_of, workload_digest
+    if not (isinstance(workload_json, list) and len(workload_json) == 2
+            and isinstance(workload_json[1], str)):
+        return None
+    try:
+        raw = base64.b64decode(workload_json[1], validate=True)
+        graph = json.loads(raw[raw.index(b"{"):].decode("utf-8"))
+        nodes = graph["nodes"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(nodes, list):
+        return None
 
+    def string(index):
+        if isinstance(index, int) and 0 <= index < len(nodes) and isinstance(nodes[index], dict) \
+                and nodes[index].get("type") == "ffi.String":
+            data = nodes[index].get("data")
+            return data if isinstance(data, str) else None
+        return None
+
+    for node in nodes:
+        if isinstance(node, dict) and node.get("type") == "ffi.Map" \
+                and isinstance(node.get("data"), list):
+            pairs = node["data"]
+            for key, value in zip(pairs[::2], pairs[1::2], strict=False):
+                if string(key) == SPEC_ATTR:
+                    return string(value)
+    return None
+
+
+def read_metaschedule(path: str | Path, count: TransferCount) -> Iterator[tuple[str, object]]:
+    """A MetaSchedule JSONDatabase as (where, line dict) pairs in the JSON lines form: a
+    workload line per qcompile workload (spec and target; its TensorIR is rebuilt by the
+    checker), a record line per successful record. Workloads that are not qcompile kernels and
+    failed MetaSchedule records are skipped and counted in ``count``."""
     workloads_path, records_path = metaschedule_paths(path)
-    if provenance is None:
-        provenance = Provenance(tvm_version=_tvm.TVM_VERSION, tvm_ffi_version=_tvm.TVM_FFI_VERSION)
-    count = TransferCount()
-    mods: list[tuple[str, dict, object] | None] = []
-    for text in workloads_path.read_text().splitlines():
+    specs: list[tuple[str, str] | None] = []
+    for text in workloads_path.read_bytes().splitlines():
         if not text.strip():
             continue
-        wl_json = json.loads(text)
-        workload = _tvm.Workload.from_json(wl_json)
-        try:
-            spec = spec_from_dict(spec_of(workload.mod))
-        except DatabaseError:
-            mods.append(None)
+        line = _json_line(text)
+        spec_json = spec_json_of_workload(line)
+        if spec_json is None:
+            specs.append(None)
             count.skip("workloads that are not qcompile kernels")
             continue
-        mods.append((json.dumps(wl_json), spec, _tvm.structural_hash(workload.mod)))
-    stored: dict[str, WorkloadInfo] = {}
-    origin = f"import {workloads_path.parent.name}/{workloads_path.name}"
-    for text in records_path.read_text().splitlines():
+        specs.append((spec_json, str(line[0])))
+    emitted: set[tuple[int, str]] = set()
+    for number, text in enumerate(records_path.read_bytes().splitlines(), 1):
         if not text.strip():
             continue
-        index, (trace, run_secs, target, args_info) = json.loads(text)
-        if index >= len(mods):
-            raise DatabaseError(f"{records_path}: a record names workload line {index}, but "
-                                f"{workloads_path.name} has {len(mods)} lines")
-        if mods[index] is None:
+        where = f"{records_path.name}:{number}"
+        line = _json_line(text)
+        if not (isinstance(line, list) and len(line) == 2 and isinstance(line[0], int)
+                and isinstance(line[1], list) and len(line[1]) == 4):
+            yield where, None
+            continue
+        index, (trace, run_secs, target, args_info) = line
+        if not 0 <= index < len(specs):
+            yield where, {"type": "invalid", "reason": f"names workload line {index}, but "
+                          f"{workloads_path.name} has {len(specs)} lines"}
+            continue
+        if specs[index] is None:
             count.skip("records of workloads that are not qcompile kernels")
             continue
-        mod_json, spec, mod_hash = mods[index]
-        key = target_key(target)
-        digest = workload_digest(spec.digest(), key)
-        if digest not in stored:
-            stored[digest] = _copy_workload(storage, dict(
-                digest=digest, name=spec.name(), family=spec.family, spec_digest=spec.digest(),
-                spec_json=spec.to_json(), target_key=key, target_json=canonical_json(target),
-                mod_hash=mod_hash, mod_json=mod_json))
-            count.workloads += 1
-        secs = [float(s) for s in run_secs or []]
-        if not secs or max(secs) >= 1e9:  # MetaSchedule's mark of a failed candidate
+        if not isinstance(run_secs, list) or not run_secs or any(
+                not isinstance(s, int | float) or s >= 1e9 for s in run_secs):
             count.skip("failed MetaSchedule records (no latency, no error text)")
             continue
-        trace_text = json.dumps(trace, sort_keys=True, separators=(",", ":"))
-        new = storage.add_record(
-            workload_id=stored[digest].id, digest=record_digest(digest, trace_text),
-            status=STATUS_OK, run_secs=secs, trace_json=trace_text,
-            args_info_json=json.dumps(args_info), target_json=canonical_json(target),
-            provenance=provenance, origin=origin)
-        count.records += 1
-        count.duplicates += new is None
-    return count
-
-
-# ---- merge --------------------------------------------------------------------------------------
-
-
-def merge(source: Storage, dest: Storage, *, name: str | None = None) -> TransferCount:
-    """Copy every workload and record of ``source`` into ``dest`` (idempotent: digests)."""
-    count = TransferCount()
-    origin = f"merge {source.display_url}"
-    for info in _selected(source, name):
-        stored = _copy_workload(dest, info)
-        count.workloads += 1
-        for record in source.records(info.id):
-            if _copy_record(dest, stored.id, record, origin) is None:
-                count.duplicates += 1
-            count.records += 1
-    return count
+        spec_json, mod_hash = specs[index]
+        target_text = json.dumps(target, sort_keys=True, separators=(",", ":"))
+        key = (index, target_text)
+        if key not in emitted:  # one of ours per (workload, target): MetaSchedule has one
+            emitted.add(key)
+            yield where, {"type": "workload", "digest": f"ms:{index}:{target_text}",
+                          "spec_json": spec_json, "target_json": target_text,
+                          "mod_hash": mod_hash}
+        yield where, {"type": "record", "workload": f"ms:{index}:{target_text}",
+                      "status": STATUS_OK, "run_secs": run_secs,
+                      "trace_json": json.dumps(trace), "args_info_json": json.dumps(args_info),
+                      "target_json": target_text}

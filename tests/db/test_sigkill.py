@@ -1,5 +1,7 @@
 """A tuner killed with SIGKILL mid-run: the database opens, passes its integrity check, keeps
-every record committed before the kill, and a rerun resumes from them.
+every record committed before the kill, no builder or runner process outlives it, and a rerun
+resumes from the records (commits come every batch of a few candidates, so a kill loses at
+most one batch).
 
 Two tuners run side by side, one into a SQLite file, one into PostgreSQL (a tuning process
 spends most of its first half minute importing TVM: running both at once halves the cost).
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from qcompile.tune import BATCH
 from tuning_db import Storage
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +28,25 @@ TUNE = ["tune", "--target", "avx2", "--shape", "128x64", "--group-size", "32", "
 def _start(args, env):
     return subprocess.Popen([sys.executable, "-m", "qcompile.cli", *args], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _left_behind(cache: str, wait_s: float = 10.0) -> list[str]:
+    """Processes started for our tuners (they carry our cache directory) still alive after
+    ``wait_s``."""
+    import psutil
+
+    deadline = time.time() + wait_s
+    while True:
+        alive = []
+        for process in psutil.process_iter(["cmdline"]):
+            try:
+                if process.environ().get("XDG_CACHE_HOME") == cache:
+                    alive.append(" ".join(process.info["cmdline"] or [])[:120])
+            except psutil.Error:
+                continue
+        if not alive or time.time() > deadline:
+            return alive
+        time.sleep(0.2)
 
 
 def _finish(proc):
@@ -50,6 +72,7 @@ def test_sigkill_mid_run_keeps_committed_records_and_resumes(postgres_url, tmp_p
                 + tuner.communicate()[1][-2000:]
             digests = {r.digest for r in watchers[name].records()}
             if digests:
+                assert len(digests) <= BATCH, f"{name}: more than one batch in one commit"
                 # Mid-run: while it commits its first batch of candidates, or just after.
                 tuner.send_signal(signal.SIGKILL)
                 seen[name] = digests
@@ -59,6 +82,7 @@ def test_sigkill_mid_run_keeps_committed_records_and_resumes(postgres_url, tmp_p
         tuner.communicate(timeout=60)
         assert tuner.returncode == -signal.SIGKILL, f"{name}: the tuner finished before the kill"
         watchers[name].close()
+    assert _left_behind(env["XDG_CACHE_HOME"]) == [], "worker processes outlived the tuner"
 
     kept: dict[str, set[str]] = {}
     for name, url in urls.items():

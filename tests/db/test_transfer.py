@@ -9,12 +9,13 @@ import targets
 from qcompile import _tvm
 from qcompile.errors import DatabaseError
 from qcompile.kernels import UniformSpec, get_family
-from tuning_db import STATUS_BUILD_ERROR, STATUS_OK, Provenance, Storage, transfer
+from qcompile.testing.records import commit_records, uniform_trace
+from qcompile.trust import records
+from tuning_db import Provenance, Storage, transfer
 from tuning_db.database import SqlDatabase
 from tuning_db.layers import Layers, open_layers
 
 SPEC = UniformSpec(k=256, n=128, bits=4, group_size=64)
-TILES = [(1, 1), (1, 2), (2, 2), (1, 4), (2, 4), (4, 4), (1, 8), (2, 8)]
 
 
 def _target():
@@ -29,19 +30,7 @@ def _mod():
 def _fill(database, secs_by_tile):
     """Commit real records (our design space's traces, tiles by index) with these latencies;
     None stores a build failure."""
-    from schedules.cpu import uniform
-
-    mod = _mod()
-    workload = database.commit_workload(mod)
-    args_info = _tvm.ms.arg_info.ArgInfo.from_prim_func(mod["main"])
-    for index, secs in secs_by_tile.items():
-        n_blk, n_reg = TILES[index]
-        sch = uniform.register_tile(_tvm.Schedule(mod), SPEC, targets.get("avx2").hardware(),
-                                    {"n_blk": n_blk, "n_reg": n_reg})
-        record = _tvm.TuningRecord(sch.trace, workload, secs, database.target, args_info)
-        status = STATUS_OK if secs else STATUS_BUILD_ERROR
-        database.commit_measurement(record, status, None if secs else "no")
-    return mod
+    return commit_records(database, SPEC, secs_by_tile)
 
 
 def _alice():
@@ -60,8 +49,8 @@ def test_jsonl_round_trip_is_exact_and_idempotent(db_url, tmp_path):
     path = tmp_path / "records.jsonl"
     assert transfer.export_jsonl(source, path).line() == "1 workloads, 3 records"
     dest = Storage(db_url)
-    assert transfer.import_jsonl(dest, path).line() == "1 workloads, 3 records"
-    assert transfer.import_jsonl(dest, path).line() == \
+    assert records.import_file(dest, path).line() == "1 workloads, 3 records"
+    assert records.import_file(dest, path).line() == \
         "1 workloads, 3 records (3 already there)"
     assert sorted(map(_fields, dest.records())) == sorted(map(_fields, source.records()))
     assert {r.origin for r in dest.records()} == {"import records.jsonl"}
@@ -73,7 +62,7 @@ def test_jsonl_refuses_other_files(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text('{"hello": 1}\n')
     with pytest.raises(DatabaseError, match="not a qcompile JSON lines export"):
-        transfer.import_jsonl(Storage("sqlite://"), path)
+        records.import_file(Storage("sqlite://"), path)
 
 
 def test_metaschedule_export_reads_in_metaschedule(tmp_path):
@@ -92,8 +81,6 @@ def test_metaschedule_export_reads_in_metaschedule(tmp_path):
 
 def test_metaschedule_import_from_metaschedule(db_url, tmp_path):
     """Records MetaSchedule's own JSONDatabase wrote come in with their target and latency."""
-    from schedules.cpu import uniform
-
     mod = _mod()
     ms_dir = tmp_path / "ms"
     ms_dir.mkdir()
@@ -101,15 +88,13 @@ def test_metaschedule_import_from_metaschedule(db_url, tmp_path):
         path_workload=str(ms_dir / transfer.MS_WORKLOADS),
         path_tuning_record=str(ms_dir / transfer.MS_RECORDS))
     workload = ms_db.commit_workload(mod)
-    args_info = _tvm.ms.arg_info.ArgInfo.from_prim_func(mod["main"])
     for index, secs in ((3, [2e-5]), (4, [0.5e-5]), (5, [1e10])):
-        n_blk, n_reg = TILES[index]
-        sch = uniform.register_tile(_tvm.Schedule(mod), SPEC, targets.get("avx2").hardware(),
-                                    {"n_blk": n_blk, "n_reg": n_reg})
+        sch = uniform_trace(SPEC, index, mod)
+        args_info = _tvm.ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
         ms_db.commit_tuning_record(_tvm.TuningRecord(sch.trace, workload, secs, _target(),
                                                      args_info))
     dest = Storage(db_url)
-    count = transfer.import_metaschedule(dest, ms_dir)
+    count = records.import_file(dest, ms_dir)
     assert (count.workloads, count.records, count.skipped) == (1, 2, 1)
     best = SqlDatabase(dest, _target()).best(mod)
     assert best is not None and best[1].mean_us == pytest.approx(5.0)
@@ -118,7 +103,7 @@ def test_metaschedule_import_from_metaschedule(db_url, tmp_path):
     transfer.export_metaschedule(dest, tmp_path / "again")
     lines = (tmp_path / "again" / transfer.MS_RECORDS).read_text().splitlines()
     assert sorted(json.loads(line)[1][1][0] for line in lines) == [0.5e-5, 2e-5]
-    assert transfer.import_metaschedule(dest, ms_dir).duplicates == 2
+    assert records.import_file(dest, ms_dir).duplicates == 2
 
 
 def test_merge_and_prune(db_url, tmp_path):
@@ -127,9 +112,9 @@ def test_merge_and_prune(db_url, tmp_path):
           {0: [5e-5], 1: [4e-5], 2: [3e-5], 3: None})
     dest = Storage(db_url)
     mod = _fill(SqlDatabase(dest, _target()), {4: [2e-5], 5: [6e-5]})
-    count = transfer.merge(other, dest)
+    count = records.merge(other, dest)
     assert (count.workloads, count.records, count.duplicates) == (1, 4, 0)
-    assert transfer.merge(other, dest).duplicates == 4
+    assert records.merge(other, dest).duplicates == 4
     assert len(dest.workloads()) == 1 and dest.count_records() == 6
     assert dest.prune(3, dry_run=True) == 3 and dest.count_records() == 6
     assert dest.prune(3) == 3
