@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from targets import host, overrides
+from targets import host, isa, overrides
 from targets.hardware import CpuHardware
 
 # Conservative values for when sysfs says nothing (a container without /sys, say).
@@ -28,7 +28,8 @@ class CpuPreset:
     mcpu : str
         LLVM's CPU name; it selects the instructions LLVM may emit.
     required_flags : tuple of str
-        /proc/cpuinfo flags the host needs to run code built for ``mcpu``.
+        /proc/cpuinfo flags the host needs to run code built for ``mcpu``: every flag of
+        LLVM's features for ``mcpu`` that matters for code generation (targets/isa.py).
     vector_bits, vector_registers : int
         Width and count of the ISA's vector registers.
     """
@@ -71,20 +72,20 @@ class CpuPreset:
 
     def host_support(self) -> tuple[bool, str]:
         """Whether this host can run code built for the preset, and why not. Never raises."""
-        flags = host.cpu_flags()
-        if not flags:
+        if not host.cpu_flags():
             return False, "cannot read /proc/cpuinfo to check the CPU's instruction sets"
-        missing = [flag for flag in self.required_flags if flag not in flags]
+        missing, cpu = isa.missing_flags(self.required_flags)
         if missing:
-            return False, f"this CPU ({host.cpu_model()}) lacks {', '.join(missing)}"
-        return True, f"{host.cpu_model()} has {', '.join(self.required_flags)}"
+            return False, f"{cpu} lacks {', '.join(missing)}"
+        return True, (f"{host.cpu_model()} has the {len(self.required_flags)} CPU flags of "
+                      f"{self.mcpu}")
 
 
 AVX2 = CpuPreset(
     name="avx2",
     mcpu="core-avx2",
     description="x86-64 with AVX2 and FMA (Haswell and later, Zen and later)",
-    required_flags=("avx2", "fma"),
+    required_flags=isa.MCPU_FLAGS["core-avx2"],
     vector_bits=256,
     vector_registers=16,
 )
@@ -93,7 +94,7 @@ AVX512 = CpuPreset(
     name="avx512",
     mcpu="skylake-avx512",
     description="x86-64 with AVX-512 F/BW/DQ/VL (Skylake-SP and later, Zen 4 and later)",
-    required_flags=("avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"),
+    required_flags=isa.MCPU_FLAGS["skylake-avx512"],
     vector_bits=512,
     vector_registers=32,
 )

@@ -9,6 +9,7 @@ could run its kernels.
 from __future__ import annotations
 
 import ctypes
+import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -58,21 +59,102 @@ class CudaPreset:
     def host_support(self) -> tuple[bool, str]:
         """Whether this host can run kernels built for the preset, and why not. Never raises.
 
-        Needs the NVIDIA driver (``libcuda.so.1``) and a GPU it can see; the exact model is not
-        checked, since CUDA C built for an older architecture also runs on newer GPUs.
+        Needs the NVIDIA driver (``libcuda.so.1``) and a GPU it can see whose compute
+        capability is at least the preset's architecture (:func:`arch_support`): CUDA C built
+        for an older architecture also runs on newer GPUs, not the other way round.
         """
-        names, reason = driver_gpus()
-        if not names:
-            return False, reason
-        return True, f"the CUDA driver sees {len(names)} GPU(s): {', '.join(names)}"
+        return arch_support(self.gpu.arch)
+
+
+def parse_arch(arch: str) -> tuple[int, int, bool] | None:
+    """The compute capability an architecture name stands for.
+
+    Parameters
+    ----------
+    arch : str
+        ``"sm_90"``, ``"sm_100"``, ``"sm_90a"``.
+
+    Returns
+    -------
+    tuple of (int, int, bool) or None
+        (major, minor, architecture-specific): (9, 0, False), (10, 0, False), (9, 0, True)
+        (an ``a`` target runs on that capability only); None if ``arch`` is not ``sm_XY[a]``.
+    """
+    match = re.fullmatch(r"sm_(\d{1,2})(\d)(a?)", arch) if isinstance(arch, str) else None
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2)), bool(match.group(3))
+
+
+def arch_support(arch: str) -> tuple[bool, str]:
+    """Whether a GPU of this host can run code built for ``arch``, and why not. Never raises.
+
+    A GPU fits when its compute capability is at least ``arch``'s (exactly it for an ``sm_XYa``
+    architecture); a GPU whose capability the driver does not tell counts as fitting.
+
+    Parameters
+    ----------
+    arch : str
+        ``"sm_90"``, as a CUDA target's ``arch``.
+
+    Returns
+    -------
+    supported : bool
+    reason : str
+        The GPUs seen, or why none fits.
+    """
+    gpus, reason = driver_gpu_capabilities()
+    if not gpus:
+        return False, reason
+    need = parse_arch(arch)
+
+    def fits(capability):
+        if capability is None or need is None:
+            return True
+        if need[2]:
+            return capability == need[:2]
+        return capability >= need[:2]
+
+    described = ", ".join(f"{name} (sm_{cc[0]}{cc[1]})" if cc else name for name, cc in gpus)
+    fitting = [name for name, cc in gpus if fits(cc)]
+    if not fitting:
+        return False, (f"code for {arch} needs a GPU of compute capability "
+                       f"{need[0]}.{need[1]}{' exactly' if need[2] else ' or newer'}, and the "
+                       f"CUDA driver sees only {described}")
+    return True, f"the CUDA driver sees {len(gpus)} GPU(s): {described}"
+
+
+def driver_gpus() -> tuple[tuple[str, ...], str]:
+    """The GPUs the CUDA driver sees. Never raises.
+
+    Returns
+    -------
+    names : tuple of str
+    reason : str
+        Why there are none, when ``names`` is empty.
+    """
+    gpus, reason = driver_gpu_capabilities()
+    return tuple(name for name, _ in gpus), reason
+
+
+#: cuDeviceGetAttribute's CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR and _MINOR.
+_CC_MAJOR, _CC_MINOR = 75, 76
 
 
 @lru_cache(maxsize=1)
-def driver_gpus() -> tuple[tuple[str, ...], str]:
-    """(names of the GPUs the CUDA driver sees, why none when empty). Never raises.
+def driver_gpu_capabilities() -> tuple[tuple[tuple[str, tuple[int, int] | None], ...], str]:
+    """The GPUs the CUDA driver sees, with their compute capabilities. Never raises.
 
-    Asks the driver API itself (``cuInit``, ``cuDeviceGetCount``, ``cuDeviceGetName``): /proc
-    files are absent in some containers and VMs that do have a GPU.
+    Asks the driver API itself (``cuInit``, ``cuDeviceGetCount``, ``cuDeviceGetName``,
+    ``cuDeviceGetAttribute``), which loads no kernel library: /proc files are absent in some
+    containers and VMs that do have a GPU.
+
+    Returns
+    -------
+    gpus : tuple of (str, (int, int) or None)
+        (name, (major, minor)) per GPU; None where the driver does not tell the capability.
+    reason : str
+        Why there are none, when ``gpus`` is empty.
     """
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
@@ -85,16 +167,20 @@ def driver_gpus() -> tuple[tuple[str, ...], str]:
         count = ctypes.c_int(0)
         if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
             return (), "the CUDA driver sees no GPU"
-        names = []
+        gpus = []
         for ordinal in range(count.value):
             device = ctypes.c_int(0)
             name = ctypes.create_string_buffer(256)
-            if (cuda.cuDeviceGet(ctypes.byref(device), ordinal) == 0
-                    and cuda.cuDeviceGetName(name, len(name), device) == 0):
-                names.append(name.value.decode(errors="replace"))
-            else:
-                names.append(f"GPU {ordinal}")
-        return tuple(names), ""
+            if cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+                gpus.append((f"GPU {ordinal}", None))
+                continue
+            label = (name.value.decode(errors="replace")
+                     if cuda.cuDeviceGetName(name, len(name), device) == 0 else f"GPU {ordinal}")
+            major, minor = ctypes.c_int(0), ctypes.c_int(0)
+            known = (cuda.cuDeviceGetAttribute(ctypes.byref(major), _CC_MAJOR, device) == 0
+                     and cuda.cuDeviceGetAttribute(ctypes.byref(minor), _CC_MINOR, device) == 0)
+            gpus.append((label, (major.value, minor.value) if known else None))
+        return tuple(gpus), ""
     except (AttributeError, OSError) as error:  # a driver without these entry points
         return (), f"the CUDA driver cannot be queried: {error}"
 

@@ -3,6 +3,7 @@ never raises: a missing file or an odd format only means "unknown"."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import platform
 import re
@@ -31,14 +32,52 @@ def _parse_size(text: str | None) -> int | None:
     return int(match.group(1)) * scale
 
 
+#: A testing aid: /proc/cpuinfo flags to treat as absent, comma- or space-separated, shell
+#: patterns allowed (``QCOMPILE_HIDE_CPU_FLAGS="avx512*"`` presents an AVX2-only host). It can
+#: only remove flags, so it can only make qcompile refuse more (a library, a tuning run), never
+#: run code the CPU lacks.
+HIDE_FLAGS_ENV = "QCOMPILE_HIDE_CPU_FLAGS"
+
+
+def hidden_patterns() -> tuple[str, ...]:
+    """The flag patterns to treat as absent.
+
+    Returns
+    -------
+    tuple of str
+        The items of ``$QCOMPILE_HIDE_CPU_FLAGS`` (empty when unset).
+    """
+    text = os.environ.get(HIDE_FLAGS_ENV, "")
+    return tuple(item for item in re.split(r"[\s,]+", text) if item)
+
+
 @lru_cache(maxsize=1)
 def cpu_flags() -> frozenset[str]:
-    """ISA flags of the first CPU in /proc/cpuinfo (e.g. 'avx2', 'avx512f'); empty if unknown."""
+    """ISA flags of the first CPU in /proc/cpuinfo (e.g. 'avx2', 'avx512f'); empty if unknown.
+
+    Flags matching ``$QCOMPILE_HIDE_CPU_FLAGS`` (:data:`HIDE_FLAGS_ENV`, read once) are left
+    out, so tests can present a host with fewer features than this one.
+    """
     text = _read(Path("/proc/cpuinfo")) or ""
     for line in text.splitlines():
         if line.startswith("flags"):
-            return frozenset(line.split(":", 1)[1].split())
+            flags = line.split(":", 1)[1].split()
+            hidden = hidden_patterns()
+            return frozenset(flag for flag in flags
+                             if not any(fnmatch.fnmatchcase(flag, pattern) for pattern in hidden))
     return frozenset()
+
+
+def hidden_note() -> str:
+    """A note for messages that describe this host's CPU.
+
+    Returns
+    -------
+    str
+        ``", flags hidden by $QCOMPILE_HIDE_CPU_FLAGS=..."`` when the variable is set, else "".
+    """
+    hidden = hidden_patterns()
+    return f", flags hidden by ${HIDE_FLAGS_ENV}={','.join(hidden)}" if hidden else ""
 
 
 @lru_cache(maxsize=1)

@@ -35,11 +35,16 @@ def test_host_probes_never_raise(monkeypatch, tmp_path):
 
 
 def test_host_support_reports_missing_flags(monkeypatch):
-    monkeypatch.setattr(host, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    from targets.isa import MCPU_FLAGS
+
+    monkeypatch.setattr(host, "cpu_flags", lambda: frozenset(MCPU_FLAGS["core-avx2"]))
     ok, reason = targets.get("avx512").host_support()
-    assert not ok and "avx512f" in reason
+    assert not ok and "lacks 3dnowprefetch, avx512bw, avx512cd, avx512dq, avx512f" in reason
     ok, _ = targets.get("avx2").host_support()
     assert ok
+    monkeypatch.setattr(host, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    ok, reason = targets.get("avx2").host_support()
+    assert not ok and "lacks abm, avx, bmi1" in reason
 
 
 def test_cuda_presets_build_tvm_targets_without_a_gpu():
