@@ -34,8 +34,11 @@ def load(path: str) -> Kernel:
     Raises
     ------
     qcompile.errors.LoadError
-        When the manifest is missing or corrupt, the ``.so`` does not match the sha256 the
-        manifest records, or this host cannot run the target the kernel was built for.
+        One line, when the manifest is missing, corrupt or malformed in any way, the ``.so``
+        does not match the sha256 the manifest records, or this host lacks a CPU flag (or the
+        GPU architecture) the library needs. These checks catch accidents and mismatched
+        copies; they cannot make a library from someone you do not trust safe to load
+        (:func:`qcompile.runtime.load_kernel`).
     """
     from qcompile.runtime import load_kernel
 

@@ -20,7 +20,7 @@ from qcompile.errors import NoRecordError
 from qcompile.kernels import family_of
 from qcompile.kernels.base import KernelSpec
 from qcompile.machine_load import LoadMeter
-from qcompile.manifest import sha256_of, write_manifest
+from qcompile.manifest import requires_of, sha256_of, write_manifest
 from qcompile.measure import (
     Measured,
     MeasurePolicy,
@@ -187,6 +187,7 @@ def export(spec: KernelSpec, preset, target, scheduled, out_dir: str | Path,
         "spec_digest": spec.digest(),
         "target": {"preset": preset.name, "kind": preset.kind,
                    "tvm": _tvm.target_dict(target)},
+        "requires": requires_of(_tvm.target_dict(target)),
         "record": record,
         "layout": layout,
         "versions": {"qcompile": qcompile.__version__, "tvm": _tvm.TVM_VERSION,

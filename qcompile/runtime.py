@@ -1,8 +1,9 @@
 """Loading exported kernels and calling them on PyTorch tensors.
 
-Needs only the ``.so``, its manifest and this package: the loader checks the ``.so`` against the
-sha256 its manifest records and asks the target preset whether this host can run it before
-loading anything, so a wrong or foreign file is refused with a message, not a crash.
+Needs only the ``.so``, its manifest and this package: before loading anything the loader
+validates the manifest, checks the ``.so`` against the sha256 it records, and compares the CPU
+flags (and, for CUDA, the GPU architecture) it records with this host's, so a wrong or foreign
+file is refused with a message, not a crash (:func:`load_kernel` says what this cannot do).
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-import targets
 from qcompile.errors import ArgumentError, LoadError
-from qcompile.kernels import family_of, spec_from_dict
+from qcompile.kernels import family_of
 from qcompile.kernels.base import KernelSpec, PreparedWeights
 from qcompile.manifest import Manifest, read_manifest, sha256_of
 
@@ -99,7 +99,38 @@ class Kernel:
 
 
 def load_kernel(path: str | Path) -> Kernel:
-    """See :func:`qcompile.load`."""
+    """Check a kernel library and its manifest, then load it (see :func:`qcompile.load`).
+
+    In order, before anything is loaded: the manifest is validated completely
+    (:func:`qcompile.manifest.read_manifest`: types, safe names, sha256, preset consistent with
+    the target's kind and mcpu, spec, CPU features consistent with the mcpu), the library's
+    sha256 is compared with the manifest's, and what the library needs is compared with this
+    host: the CPU flags it records (for CUDA, its host code's) with /proc/cpuinfo's, and for
+    CUDA a GPU of the recorded architecture or newer, asked of the driver without loading the
+    library. Each refusal is one line: the library, what it needs, what this host lacks.
+
+    What these checks protect against: accidents and mismatched copies, such as a library
+    copied to a host without its instruction set (which would die of SIGILL on its first
+    call), a manifest of another build, a truncated or edited file, or an old format. What they
+    cannot protect against: a ``.so`` is native code, and its manifest is a claim by whoever
+    wrote both. A library built by someone you do not trust can hold any instructions and any
+    code, whatever a consistent manifest beside it says, and loading it runs its constructors.
+    Load only libraries you built, or that someone you trust built, from records you trust.
+
+    Parameters
+    ----------
+    path : str or Path
+        The ``<name>.so``; ``<name>.json`` must be beside it.
+
+    Returns
+    -------
+    Kernel
+
+    Raises
+    ------
+    LoadError
+        One line saying why the library cannot be loaded here.
+    """
     so_path = Path(path)
     if not so_path.is_file():
         raise LoadError(f"no kernel library at {so_path}")
@@ -110,24 +141,40 @@ def load_kernel(path: str | Path) -> Kernel:
             f"{so_path} does not match its manifest: sha256 {actual[:16]}... but the manifest "
             f"records {manifest.sha256[:16]}...; the file was changed or belongs to another build"
         )
-    try:
-        preset = targets.get(manifest.preset)
-    except ValueError as error:
-        raise LoadError(f"{so_path} was built for {error}") from None
-    supported, reason = preset.host_support()
-    if not supported:
-        raise LoadError(f"{so_path} was built for target {preset.name!r} ({preset.description}), "
-                        f"which this host cannot run: {reason}")
-    try:
-        spec = spec_from_dict(manifest.spec)
-    except ValueError as error:
-        raise LoadError(f"manifest of {so_path} holds an invalid spec: {error}") from None
+    preset = manifest.target_preset
+    _check_host(so_path, manifest)
     from qcompile import _tvm
 
     try:
         module = _tvm.tvm.runtime.load_module(str(so_path))
         function = module[manifest.function]
     except Exception as error:  # TVM raises its own error types for unloadable libraries
-        reason = str(error).strip().splitlines()[-1]
+        lines = str(error).strip().splitlines()
+        reason = lines[-1] if lines else type(error).__name__
         raise LoadError(f"TVM could not load {so_path}: {reason}") from None
-    return Kernel(so_path, manifest, function, spec, preset)
+    return Kernel(so_path, manifest, function, manifest.kernel_spec, preset)
+
+
+def _check_host(so_path: Path, manifest: Manifest) -> None:
+    """Refuse (LoadError) when this host lacks a CPU flag or the GPU the library needs."""
+    from targets import cuda, isa
+
+    preset = manifest.target_preset
+    needed = manifest.cpu_flags
+    missing, cpu = isa.missing_flags(needed)
+    if missing:
+        part = "its host code needs" if preset.kind == "cuda" else "it needs"
+        raise LoadError(
+            f"{so_path} was built for target {preset.name!r} (mcpu "
+            f"{_mcpu(manifest)}), which this host cannot run: {part} the CPU flags "
+            f"{' '.join(needed)}; {cpu} lacks {', '.join(missing)}")
+    if manifest.cuda_arch is not None:
+        supported, reason = cuda.arch_support(manifest.cuda_arch)
+        if not supported:
+            raise LoadError(f"{so_path} was built for target {preset.name!r} "
+                            f"({manifest.cuda_arch}), which this host cannot run: {reason}")
+
+
+def _mcpu(manifest: Manifest) -> str:
+    tvm = manifest.tvm_target
+    return tvm.get("mcpu") or tvm.get("host", {}).get("mcpu", "?")

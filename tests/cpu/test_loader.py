@@ -11,7 +11,6 @@ import qcompile
 from qcompile import _tvm
 from qcompile.errors import LoadError
 from qcompile.kernels import UniformSpec, get_family
-from qcompile.manifest import sha256_of, write_manifest
 from targets import host
 
 SPEC = UniformSpec(k=128, n=64, bits=4, group_size=64)
@@ -20,8 +19,9 @@ FAMILY = get_family("uniform")
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """A kernel exported the way qcompile build does, from a fixed schedule."""
+    """A kernel exported the way qcompile build does (build.export), from a fixed schedule."""
     import targets
+    from qcompile.build import export
     from schedules.cpu import uniform
 
     preset = targets.get("avx2")
@@ -29,15 +29,8 @@ def built(tmp_path_factory):
     sch = uniform.register_tile(_tvm.Schedule(FAMILY.compute(SPEC)), SPEC, hw,
                                 {"n_blk": 1, "n_reg": 2})
     target = _tvm.Target(preset.tvm_target(hw))
-    lib = _tvm.tvm.compile(sch.mod, target=target)
     out = tmp_path_factory.mktemp("built")
-    so = out / f"{SPEC.name()}.so"
-    lib.export_library(str(so))
-    write_manifest(so, {
-        "name": SPEC.name(), "function": SPEC.name(), "spec": SPEC.to_dict(),
-        "target": {"preset": "avx2", "kind": "cpu", "tvm": _tvm.target_dict(target)},
-        "record": {"id": 0}, "versions": {}, "sha256": sha256_of(so),
-    })
+    so, _ = export(SPEC, preset, target, sch.mod, out, {"id": 0})
     return so
 
 
@@ -81,8 +74,10 @@ def test_refuses_missing_or_corrupt_manifest(copy):
 
 
 def test_refuses_a_target_the_host_cannot_run(copy, monkeypatch):
-    monkeypatch.setattr(host, "cpu_flags", lambda: frozenset({"sse2"}))
-    with pytest.raises(LoadError, match="which this host cannot run: .* lacks avx2, fma"):
+    monkeypatch.setattr(host, "cpu_flags", lambda: frozenset({"sse", "sse2", "lm"}))
+    with pytest.raises(LoadError, match=r"built for target 'avx2' \(mcpu core-avx2\), which "
+                       r"this host cannot run: it needs the CPU flags abm avx avx2 .*; this CPU "
+                       r"\(.*\) lacks abm, avx, avx2, .*fma"):
         qcompile.load(str(copy))
 
 
