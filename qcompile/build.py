@@ -30,6 +30,7 @@ from qcompile.measure import (
 )
 from qcompile.trust.choice import DEFAULT_TOP, Candidate, believe, choose, store_measurement
 from qcompile.trust.seals import Sealer
+from targets.isa import require_build_host
 from tuning_db import Storage
 from tuning_db.database import SqlDatabase
 from tuning_db.layers import Layers
@@ -76,7 +77,9 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
     ----------
     for_another_host : bool
         Build for a machine of another kind than this one: nothing is timed here, so only
-        records sealed for the target (by any device model) may win.
+        records sealed for the target (by any device model) may win. Needed for a CPU preset
+        whose instructions this host lacks (without it such a build is refused at once, before
+        anything is read); CUDA presets build anywhere (their GPU code runs where loaded).
     top : int
         How many of the fastest valid records are considered.
     policy : MeasurePolicy, optional
@@ -87,7 +90,10 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
     NoRecordError
         The database has no successful record for this spec on this target (the message gives
         the ``qcompile tune`` command that makes one), or none whose latency can be believed.
+    TargetUnavailableError
+        ``preset`` is a CPU preset this host cannot run and ``for_another_host`` is False.
     """
+    require_build_host(preset, for_another_host)
     layers = layers or Layers.single(storage or Storage())
     hw = hw or preset.hardware()
     target = _tvm.Target(preset.tvm_target(hw))
@@ -146,15 +152,17 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
 
 
 def build_untuned(spec: KernelSpec, preset, out_dir: str | Path, *, hw=None,
-                  seed: int = 1) -> BuildResult:
+                  seed: int = 1, for_another_host: bool = False) -> BuildResult:
     """Compile ``spec`` without tuning and without a database: the first sketch of its design
     space with seeded decisions, or the family's heuristic schedule on GPUs (where seeded
     decisions may break a launch limit). A correct kernel in seconds, for tests and first runs.
 
     Its speed is whatever those decisions give; the manifest says ``"untuned": true``.
+    ``for_another_host`` as for :func:`build`.
     """
     from schedules import untuned_schedule
 
+    require_build_host(preset, for_another_host)
     hw = hw or preset.hardware()
     target = _tvm.Target(preset.tvm_target(hw))
     mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, preset.kind))

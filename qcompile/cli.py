@@ -113,6 +113,9 @@ def _hardware_line(hw: dict) -> str:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from targets.isa import require_tune_host
+
+    require_tune_host(targets.get(args.target))  # refused before TVM loads
     from qcompile.tune import tune
 
     if args.from_gptq:
@@ -149,10 +152,14 @@ def tune_checkpoint(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    from targets.isa import require_build_host
+
+    require_build_host(targets.get(args.target), args.for_another_host)  # before TVM loads
     from qcompile.build import build
 
     spec = spec_from_args(args)
-    result = build(spec, targets.get(args.target), args.out, layers=_layers(args))
+    result = build(spec, targets.get(args.target), args.out, layers=_layers(args),
+                   for_another_host=args.for_another_host)
     print(f"built {result.so_path} from record {result.record_id}: {result.how}; "
           f"manifest {result.manifest_path}")
     if result.source:
@@ -216,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", required=True, choices=sorted(targets.PRESETS))
     add_spec_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--for-another-host", action="store_true",
+                   help="build for a CPU target whose instructions this host lacks (the "
+                        "library is for a host that has them; default: refuse)")
     add_db_argument(p)
     add_layer_arguments(p)
     p.set_defaults(func=cmd_build)

@@ -18,6 +18,7 @@ from qcompile.trust.choice import Candidate, store_measurement
 from qcompile.trust.seals import Sealer
 from schedules import search_strategy, space_generator, space_kind
 from targets.host import usable_cores
+from targets.isa import require_tune_host
 from tuning_db import Storage
 from tuning_db.database import SqlDatabase
 from tuning_db.layers import Layers
@@ -126,9 +127,16 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
 
     Records are committed after every batch of :data:`BATCH` candidates, so a killed tuner loses
     at most one batch; its builder and runner processes end with it.
+
+    Raises
+    ------
+    TargetUnavailableError
+        This host cannot run ``preset``'s code (a CPU without its instructions, or no GPU for
+        a CUDA preset): tuning measures every candidate here, so it stops before starting.
     """
     if trials <= 0:
         raise ValueError(f"trials must be positive; got {trials}")
+    require_tune_host(preset)
     if preset.kind == "cuda":
         supported, reason = preset.host_support()
         if not supported:
