@@ -105,7 +105,7 @@ class RecordInfo:
     created_at: datetime | None
     tvm_ffi_version: str = ""
     origin: str = ""
-    #: The database it was read from (URL without its password).
+    #: The database it was read from (its URL, secrets masked: tuning_db.url.redact).
     database: str = ""
     #: Provenance came by an import or a merge: what the source said, not what we saw.
     claimed: bool = False

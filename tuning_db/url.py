@@ -292,7 +292,8 @@ def db_option(display_url: str) -> str:
         printed)``.
     """
     if not is_redacted(display_url):
-        return f"--db {shlex.quote(display_url)}"
+        return f"--db '{display_url}'" if "'" not in display_url else \
+            f"--db {shlex.quote(display_url)}"
     if display_url == UNPARSEABLE:
         return "--db URL, where URL is the database URL you gave (not printed: it does not parse)"
     return (f"--db URL, where URL is {display_url} with the secrets shown as {MASK} put back "
