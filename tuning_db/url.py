@@ -9,7 +9,8 @@ The rule
 --------
 A secret is
 
-- the password of the userinfo (``scheme://user:PASSWORD@host``), empty or not;
+- the password of the userinfo (``scheme://user:PASSWORD@host``), empty or not; when it holds
+  an unencoded ``@``, everything up to the last ``@`` before the host;
 - the value of every query parameter whose name, lower-cased and stripped of everything but
   letters and digits, contains one of :data:`SECRET_WORDS` (``pass``, ``pwd``, ``secret``,
   ``token``, ``auth``, ``credential``, ``apikey``, ``accesskey``, ``privatekey``) or is one of
@@ -24,10 +25,16 @@ Every secret becomes :data:`MASK` (``***``); nothing else changes meaning, so ``
 and database stay readable. A URL that cannot be parsed is never shown: it becomes
 :data:`UNPARSEABLE`. The user name is not a secret (a service that takes a token as its user
 name needs the token passed as a parameter or through ``$QCOMPILE_DB`` in a file only you read).
+
+In free text (:func:`scrub`) each secret of the URLs given is replaced in every spelling
+(raw, percent-decoded, percent-encoded; one shorter than four characters only where it stands
+as a word of its own, so that a one-letter password does not eat every "p" of a message), and
+any other URL or ``password=...`` pair the text holds is masked by the same rule.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -224,6 +231,7 @@ def scrub(text, *urls) -> str:
         return "<message withheld: it may hold a database secret>"
 
 
+@functools.lru_cache(maxsize=1024)  # every record of a merge carries the same origin
 def redact_origin(text: str) -> str:
     """A record's ``origin`` (``"tune"``, ``"import FILE"``, ``"merge URL"``) with any secret of
     a URL in it masked.
