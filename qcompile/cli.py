@@ -235,22 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _scrubbed(error: BaseException, args: argparse.Namespace) -> str:
-    """An error's text without the secrets of the database URLs this command was given."""
-    import os
-
-    from tuning_db.url import ENV_VAR, scrub
-
-    return scrub(error, getattr(args, "db", None), getattr(args, "source", None),
-                 os.environ.get(ENV_VAR))
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except QCompileError as error:
-        print(f"qcompile: error: {_scrubbed(error, args)}", file=sys.stderr)
+        from tuning_db.url import scrub_arguments
+
+        print(f"qcompile: error: {scrub_arguments(error, args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("qcompile: interrupted", file=sys.stderr)

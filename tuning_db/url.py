@@ -231,6 +231,28 @@ def scrub(text, *urls) -> str:
         return "<message withheld: it may hold a database secret>"
 
 
+def scrub_arguments(text, args=None) -> str:
+    """:func:`scrub` with the URLs of a parsed command line and of ``$QCOMPILE_DB``: what the
+    CLI applies to every line of an error it prints.
+
+    Parameters
+    ----------
+    text : str or BaseException
+        The message.
+    args : argparse.Namespace, optional
+        The parsed command line: every string argument holding ``://`` (``--db``, ``--from``)
+        counts as a URL whose secrets the message may echo.
+
+    Returns
+    -------
+    str
+        The scrubbed text. Never raises.
+    """
+    values = vars(args).values() if args is not None and hasattr(args, "__dict__") else ()
+    urls = [v for v in values if isinstance(v, str) and "://" in v]
+    return scrub(text, *urls, os.environ.get(ENV_VAR))
+
+
 @functools.lru_cache(maxsize=1024)  # every record of a merge carries the same origin
 def redact_origin(text: str) -> str:
     """A record's ``origin`` (``"tune"``, ``"import FILE"``, ``"merge URL"``) with any secret of

@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -25,6 +26,7 @@ import targets
 from qcompile import _tvm
 from qcompile.errors import DatabaseError, NoRecordError
 from qcompile.kernels import UniformSpec, get_family
+from qcompile.trust import records
 from tuning_db import Storage, transfer
 from tuning_db.url import (
     MASK,
@@ -34,6 +36,7 @@ from tuning_db.url import (
     redact,
     redact_origin,
     scrub,
+    scrub_arguments,
     secrets_of,
 )
 
@@ -177,6 +180,18 @@ def test_scrub_keeps_messages_readable_with_short_secrets():
     assert cleaned == "port 5432 failed: could not parse ***"
 
 
+def test_scrub_arguments_knows_every_url_of_the_command_line(monkeypatch):
+    import argparse
+
+    monkeypatch.setenv("QCOMPILE_DB", f"postgresql://u:{SSLPW}@h/db")
+    args = argparse.Namespace(db=f"sqlite:////x.sqlite?password={QPW}", top=3, path="a.jsonl",
+                              source=f"mysql+pymysql://r:{PW}@h/d?token={TOKEN}")
+    cleaned = scrub_arguments(f"failed: {QPW} {PW} {TOKEN} {SSLPW} in a.jsonl", args)
+    assert_clean(cleaned)
+    assert cleaned.endswith("in a.jsonl")
+    assert_clean(scrub_arguments(f"x {SSLPW}"))
+
+
 def test_redact_origin_cleans_what_older_merges_stored():
     old = f"merge sqlite:////srv/team.sqlite?password={QPW}&token={TOKEN}"
     assert redact_origin(old) == "merge sqlite:////srv/team.sqlite?password=***&token=***"
@@ -206,13 +221,16 @@ def _target():
 
 
 def _fill(storage: Storage, latencies=(3e-5, 1e-5, 2e-5)) -> None:
-    """Real records of our CPU design space (as tuning stores them), for this host's avx2
-    target, with these latencies: what build, merge and export take."""
+    """Real records of our CPU design space (as tuning stores them, sealed by this host), for
+    this host's avx2 target, with these latencies: what build, merge and export take."""
+    from qcompile.measure import measuring_provenance
+    from qcompile.trust.seals import Sealer
     from schedules.cpu import uniform
     from tuning_db import STATUS_OK
     from tuning_db.database import SqlDatabase
 
-    database = SqlDatabase(storage, _target())
+    database = SqlDatabase(storage, _target(), provenance=measuring_provenance(
+        targets.get("avx2")), sealer=Sealer.load())
     mod = _tvm.normalize_mod(get_family("uniform").compute(SPEC))
     workload = database.commit_workload(mod)
     args_info = _tvm.ms.arg_info.ArgInfo.from_prim_func(mod["main"])
@@ -264,7 +282,7 @@ def test_storage_errors_repr_and_display_never_carry_a_secret(tmp_path):
 @pytest.mark.filterwarnings("ignore:Query string argument")
 def test_merge_writes_no_secret_into_origins_on_any_backend(secret_source, db_url, tmp_path):
     dest = Storage(db_url)
-    assert transfer.merge(secret_source, dest).records == 3
+    assert records.merge(secret_source, dest).records == 3
     origins = _stored_origins(dest)
     assert len(origins) == 3 and all(o.startswith("merge sqlite:///") for o in origins), origins
     assert_clean("\n".join(origins))
@@ -293,12 +311,44 @@ def test_secrets_already_stored_in_origins_never_leave(secret_source, tmp_path):
     assert "password=***" in path.read_text()
     assert_clean("".join(redact_origin(o) for o in _stored_origins(secret_source)))
     # A records file that carries such an origin, imported: nothing secret is stored.
-    lines = path.read_text().splitlines()
-    lines[2] = json.dumps({**json.loads(lines[2]), "origin": f"merge x://u:{PW}@h?token={TOKEN}"})
-    path.write_text("\n".join(lines) + "\n")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        if line.get("type") == "record":
+            line["origin"] = f"merge x://u:{PW}@h?token={TOKEN}"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     dest = Storage(f"sqlite:///{tmp_path / 'dest.sqlite'}")
-    transfer.import_jsonl(dest, path)
+    records.import_file(dest, path)
     assert_clean("".join(_stored_origins(dest)))
+
+
+def test_the_upgrade_scrubs_origins_older_merges_stored(db_url):
+    """Revision 0003 cleans the origins of a 0002 database with redact_origin."""
+    from tuning_db import schema
+
+    bare = Storage(db_url, check_schema=False)
+    schema.upgrade(bare.engine, bare.display_url, "0002")
+    dirty = [f"merge sqlite:////srv/t.sqlite?password={QPW}&token={TOKEN}",
+             f"merge postgresql://u:***@h/db?sslmode=require&sslpassword={SSLPW}",
+             "tune", "import records.jsonl"]
+    meta = sa.MetaData()
+    workloads = sa.Table("workloads", meta, autoload_with=bare.engine)
+    record_table = sa.Table("tuning_records", meta, autoload_with=bare.engine)
+    with bare.engine.begin() as connection:
+        wid = connection.execute(workloads.insert().values(
+            digest="w" * 64, name="demo", family="uniform", spec_digest="s" * 64, spec_json="{}",
+            target_key="t" * 64, target_json="{}", mod_hash="1", mod_json="[]",
+        )).inserted_primary_key[0]
+        for number, origin in enumerate(dirty):
+            connection.execute(record_table.insert().values(
+                digest=f"{number}" * 64, workload_id=wid, status="ok", mean_us=1.0,
+                run_secs_json="[1e-06]", trace_json="[]", args_info_json="[]", target_json="{}",
+                host="h", device_model="cpu", tvm_version="0.27.0", tvm_ffi_version="0.1",
+                qcompile_version="0.1", user="alice", origin=origin))
+    schema.upgrade(bare.engine, bare.display_url)
+    stored = _stored_origins(bare)
+    assert_clean("".join(stored))
+    assert sorted(stored) == sorted([redact_origin(o) for o in dirty])
+    assert "tune" in stored and "merge sqlite:////srv/t.sqlite?password=***&token=***" in stored
 
 
 @pytest.mark.filterwarnings("ignore:Query string argument")
@@ -447,9 +497,10 @@ def test_unparseable_or_unreachable_urls_fail_without_their_secrets(url, tmp_pat
 @pytest.mark.filterwarnings("ignore:Query string argument")
 def test_tune_and_build_over_a_secret_sqlite_url(tmp_path, avx2):
     url = _secret_sqlite(tmp_path / "tuned.sqlite")
+    # (its exit status is the tuner's business: here only what it prints counts)
     tuned = qcompile(tmp_path, "tune", "--target", "avx2", "--shape", "128x64", "--group-size",
-                     "32", "--trials", "2", "--db", url)
-    assert "password=***" in tuned.stdout
+                     "32", "--trials", "2", "--db", url, check=False)
+    assert f"stored    2 records in {redact(url)}" in tuned.stdout, tuned.stdout
     with pytest.warns(Warning):
         _fill(Storage(url))
     out = tmp_path / "kernels"
