@@ -35,6 +35,7 @@ from tuning_db import Storage
 from tuning_db.database import SqlDatabase
 from tuning_db.layers import Layers
 from tuning_db.models import PURPOSE_VERIFY
+from tuning_db.url import redact
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class BuildResult:
     record_id: int | None
     #: The latency build believes for the record (sealed, or re-measured here): not a claim.
     tuned_us: float | None
-    #: The database the record came from (URL without password), when it was not tuned here.
+    #: The database the record came from (URL, secrets masked), when it was not tuned here.
     source: str = ""
     #: How ``tuned_us`` is known, in one line (qcompile.trust.choice).
     how: str = ""
@@ -142,13 +143,13 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
     so_path, manifest = export(spec, preset, target, scheduled, out_dir, {
         "id": record.id, "digest": record.digest, "mean_us": choice.mean_us,
         "claimed_us": record.mean_us, "how": choice.how,
-        "workload_digest": workload.digest, "database": record.database,
+        "workload_digest": workload.digest, "database": redact(record.database),
         "measured_by": {"host": record.host, "user": record.user, "device": record.device_model,
                         "tvm": record.tvm_version, "qcompile": record.qcompile_version,
                         "claimed": record.claimed},
     })
     return BuildResult(so_path=so_path, manifest_path=manifest, record_id=record.id,
-                       tuned_us=choice.mean_us, source=record.database, how=choice.how)
+                       tuned_us=choice.mean_us, source=redact(record.database), how=choice.how)
 
 
 def build_untuned(spec: KernelSpec, preset, out_dir: str | Path, *, hw=None,

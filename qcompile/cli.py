@@ -250,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except QCompileError as error:
-        print(f"qcompile: error: {error}", file=sys.stderr)
+        from tuning_db.url import scrub_arguments
+
+        print(f"qcompile: error: {scrub_arguments(error, args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("qcompile: interrupted", file=sys.stderr)

@@ -11,7 +11,8 @@
     qcompile db upgrade [--db URL]                     run the schema migrations
     qcompile db check   [--db URL]                     schema revision and integrity
 
-URLs are printed without their password, always.
+URLs are printed with their password and secret parameters masked, always
+(:func:`tuning_db.url.redact`).
 """
 
 from __future__ import annotations

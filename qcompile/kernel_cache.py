@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 
 from qcompile.errors import NoRecordError, SpecError
-from tuning_db.url import cache_dir
+from tuning_db.url import cache_dir, db_option
 
 ON_MISSING = ("error", "untuned", "tune")
 
@@ -130,7 +130,7 @@ class KernelCache:
             raise NoRecordError(
                 f"no tuned record for {spec.name()} on {self.preset.name} in "
                 f"{self.storage.display_url}; run: qcompile tune {spec_cli_args(spec)} "
-                f"--target {self.preset.name} --db {self.storage.display_url}{hint}"
+                f"--target {self.preset.name} {db_option(self.storage.display_url)}{hint}"
             )
         record = best[1]
         out = cache_root() / self.preset.name / record.digest[:24]

@@ -50,7 +50,7 @@ class TuneSummary:
     database: str
     #: Records already there (every layer) that counted toward the budget.
     reused: int = 0
-    #: Where the best record lives (URL without password), when it was reused.
+    #: Where the best record lives (URL, secrets masked), when it was reused.
     source: str = ""
     #: Candidates measured while other processes kept the machine busy.
     busy: int = 0

@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.insert(0, str(ROOT))
     from tuning_db import Storage, redact
+    from tuning_db.url import scrub
 
     url, schema = args.db, None
     if args.db.startswith("postgresql"):
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         stored = re.search(r"stored\s+(\d+) records", stdout)
         outcomes.append({"shape": shape, "seed": seed, "rc": proc.returncode,
                          "stored": int(stored.group(1)) if stored else None,
-                         "stderr_errors": [line for line in stderr.splitlines()
+                         "stderr_errors": [scrub(line, url) for line in stderr.splitlines()
                                            if "error" in line.lower() or "Traceback" in line]})
     wall = time.monotonic() - started
     storage = Storage(url)
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         "records_in_db": len(records),
         "records_reported_stored": stored_total,
         "max_copies_of_a_record": max(digests.values()) if digests else 0,
-        "db_check": check.stdout.strip(), "db_check_rc": check.returncode,
+        "db_check": scrub(check.stdout.strip(), url), "db_check_rc": check.returncode,
         "outcomes": outcomes,
     }
     report["ok"] = (report["all_exit_0"] and report["errors_on_stderr"] == 0

@@ -6,7 +6,7 @@ The light names (``Storage``, URL helpers) import without TVM; ``SqlDatabase`` (
 
 from tuning_db.models import STATUS_BUILD_ERROR, STATUS_OK, STATUS_RUN_ERROR, STATUSES
 from tuning_db.storage import Provenance, RecordInfo, Storage, WorkloadInfo, WorkloadSummary
-from tuning_db.url import ENV_VAR, default_url, redact, resolve_url
+from tuning_db.url import ENV_VAR, default_url, redact, redact_origin, resolve_url, scrub
 
 __all__ = [
     "ENV_VAR",
@@ -21,5 +21,7 @@ __all__ = [
     "WorkloadSummary",
     "default_url",
     "redact",
+    "redact_origin",
     "resolve_url",
+    "scrub",
 ]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from tuning_db.storage import Storage
 from tuning_db.url import ENV_VAR, default_url, resolve_url
@@ -38,7 +39,7 @@ class Layers:
         return cls(writer=storage, readers=[storage])
 
     def describe(self) -> str:
-        """The databases in lookup order, passwords removed; the writer marked."""
+        """The databases in lookup order, secrets masked (``display_url``); the writer marked."""
         parts = []
         for storage in self.readers:
             mark = "" if storage is self.writer else " (read-only)"
@@ -47,7 +48,10 @@ class Layers:
 
 
 def _same_database(a: str, b: str) -> bool:
-    pa, pb = make_url(a), make_url(b)
+    try:
+        pa, pb = make_url(a), make_url(b)
+    except (ArgumentError, ValueError):  # Storage says so, without the URL's secrets
+        return False
     if pa.get_backend_name() == pb.get_backend_name() == "sqlite":
         return Path(pa.database or "").expanduser().resolve() == \
             Path(pb.database or "").expanduser().resolve()

@@ -59,7 +59,11 @@ def current_revision(connection: Connection) -> str | None:
 
 
 def upgrade_command(display_url: str) -> str:
-    return f"qcompile db upgrade --db '{display_url}'"
+    """The command that upgrades the database at ``display_url`` (a redacted URL: when it hides
+    a secret, the command says which URL to pass instead of showing ``***`` as if runnable)."""
+    from tuning_db.url import db_option
+
+    return f"qcompile db upgrade {db_option(display_url)}"
 
 
 def check(engine: Engine, display_url: str, *, readonly: bool,

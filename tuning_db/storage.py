@@ -24,7 +24,9 @@ lost, duplicated or corrupted by another:
   readers never block the writer and writers wait for each other instead of failing.
 - **Schema.** Opening checks the schema revision (:mod:`tuning_db.schema`); an empty database is
   created under a schema lock, once, however many processes open it together.
-- **Credentials.** Errors and ``repr`` carry the URL with its password replaced by ``***``.
+- **Credentials.** Errors, ``repr`` and :attr:`Storage.display_url` carry the URL through
+  :func:`tuning_db.url.redact` (password and secret parameters ``***``), driver messages
+  through :func:`tuning_db.url.scrub`; origins are redacted on their way in and out.
 - SQL is written only as SQLAlchemy expressions; no text is ever pasted into a statement.
 """
 
@@ -57,7 +59,7 @@ from tuning_db.models import (
     RecordRow,
     WorkloadRow,
 )
-from tuning_db.url import default_url, redact, resolve_url
+from tuning_db.url import UNPARSEABLE, default_url, redact, redact_origin, resolve_url, scrub
 
 #: SQLite waits this long for a lock before "database is locked".
 SQLITE_BUSY_TIMEOUT_S = 30
@@ -103,7 +105,7 @@ class RecordInfo:
     created_at: datetime | None
     tvm_ffi_version: str = ""
     origin: str = ""
-    #: The database it was read from (URL without its password).
+    #: The database it was read from (its URL, secrets masked: tuning_db.url.redact).
     database: str = ""
     #: Provenance came by an import or a merge: what the source said, not what we saw.
     claimed: bool = False
@@ -173,7 +175,8 @@ def _record_info(row: RecordRow, database: str = "") -> RecordInfo:
         error=row.error, trace_json=row.trace_json, args_info_json=row.args_info_json,
         target_json=row.target_json, host=row.host, device_model=row.device_model,
         tvm_version=row.tvm_version, qcompile_version=row.qcompile_version, user=row.user,
-        created_at=row.created_at, tvm_ffi_version=row.tvm_ffi_version, origin=row.origin,
+        created_at=row.created_at, tvm_ffi_version=row.tvm_ffi_version,
+        origin=redact_origin(row.origin),  # an older database may hold a secret there
         database=database, claimed=bool(row.claimed), seal=row.seal or "",
         other_load=row.other_load,
     )
@@ -252,7 +255,7 @@ def record_values(*, workload_id: int | None, digest: str, status: str,
         trace_json=trace_json, args_info_json=args_info_json, target_json=target_json,
         host=p.host, device_model=p.device_model, tvm_version=p.tvm_version,
         tvm_ffi_version=p.tvm_ffi_version, qcompile_version=p.qcompile_version, user=p.user,
-        origin=origin[:255], claimed=claimed, seal=seal, other_load=other_load,
+        origin=redact_origin(origin)[:255], claimed=claimed, seal=seal, other_load=other_load,
     )
     if created_at is not None:
         values["created_at"] = created_at
@@ -327,7 +330,7 @@ class Storage:
                 self.revision = self._with_retries(
                     lambda: schema.check(self._engine, self.display_url, readonly=readonly,
                                          auto_upgrade=own_cache))
-        except SQLAlchemyError as error:
+        except (SQLAlchemyError, ValueError) as error:  # ValueError: make_url, a bad port
             raise DatabaseError(self._describe(error)) from None
 
     def __repr__(self) -> str:
@@ -335,7 +338,7 @@ class Storage:
 
     @property
     def display_url(self) -> str:
-        """The URL without its password."""
+        """The URL with its secrets masked (:func:`tuning_db.url.redact`)."""
         return redact(self.url)
 
     @property
@@ -368,12 +371,15 @@ class Storage:
             raise DatabaseError(self._describe(error)) from None
 
     def _describe(self, error: Exception) -> str:
+        """One line for a driver's error, with the URL's secrets scrubbed out of it."""
+        shown = redact(self.url)
+        if shown == UNPARSEABLE:  # the parser's message may quote a piece of the password
+            return (f"tuning database {shown}: not a database URL (the form is dialect"
+                    "[+driver] :// user : password @ host : port / database ? parameters, with "
+                    "a password's @ : / ? written %40 %3A %2F %3F)")
         text = str(getattr(error, "orig", None) or error).strip().splitlines()
         text = text[0] if text else type(error).__name__
-        password = make_url(self.url).password
-        if password:
-            text = text.replace(str(password), "***")
-        return f"tuning database {redact(self.url)}: {text}"
+        return f"tuning database {shown}: {scrub(text, self.url)}"
 
     # ---- transactions ----------------------------------------------------------------------
 
