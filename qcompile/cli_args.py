@@ -44,7 +44,17 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def one_line(text: str) -> str:
-    """``text`` with its lines joined by "; " (an error message must be one line)."""
+    """``text`` with its lines joined by "; " (an error message must be one line).
+
+    Parameters
+    ----------
+    text : str
+        A message, perhaps of several lines (a database driver's, a wrapped exception's).
+
+    Returns
+    -------
+    str
+    """
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     return "; ".join(lines)
 
@@ -71,7 +81,17 @@ def add_debug_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def debug_requested(args: argparse.Namespace | None = None) -> bool:
-    """Whether ``--debug`` was given or ``$QCOMPILE_DEBUG`` is set (to anything but 0)."""
+    """Whether ``--debug`` was given or ``$QCOMPILE_DEBUG`` is set (to anything but 0).
+
+    Parameters
+    ----------
+    args : argparse.Namespace, optional
+        The parsed command line.
+
+    Returns
+    -------
+    bool
+    """
     if args is not None and getattr(args, "debug", False):
         return True
     return os.environ.get(DEBUG_ENV_VAR, "") not in ("", "0")
@@ -148,6 +168,11 @@ def positive_int(text: str) -> int:
     Returns
     -------
     int
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        When the text is not an integer, or the integer is below 1.
     """
     try:
         value = int(text)
@@ -170,6 +195,11 @@ def existing_file(text: str) -> str:
     -------
     str
         ``text`` itself.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        When nothing is there, or a directory is.
     """
     path = Path(text)
     if not path.exists():

@@ -27,7 +27,15 @@ MAX_BUFFER_ELEMENTS = 2**31 - 1
 
 
 def check_positive_ints(spec, names: tuple[str, ...]) -> None:
-    """Raise ``SpecError`` unless every field in ``names`` is an int (not a bool) above 0."""
+    """Raise ``SpecError`` unless every field in ``names`` is an int (not a bool) above 0.
+
+    Parameters
+    ----------
+    spec : KernelSpec
+        The spec being made (from its ``__post_init__``).
+    names : tuple of str
+        Its fields to check ("k", "n", "m"); the message names the field in capitals.
+    """
     for field in names:
         value = getattr(spec, field)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -41,6 +49,11 @@ def check_buffer_sizes(buffers: dict[str, tuple[int, ...]]) -> None:
     ----------
     buffers : dict of str to tuple of int
         ``{"x [M, K]": (m, k), ...}``: each buffer, named with its dimensions, and its shape.
+
+    Raises
+    ------
+    qcompile.errors.SpecError
+        "<buffer> = <dims> = <count> elements exceeds the limit of 2147483647 (2**31 - 1)...".
     """
     for name, shape in buffers.items():
         count = 1

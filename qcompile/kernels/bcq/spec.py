@@ -87,7 +87,13 @@ class BcqSpec(GroupsAlongK, KernelSpec):
 
     def buffers(self) -> dict[str, tuple[int, ...]]:
         """The operands of this spec's kernels and the lookup tables, which the CPU kernels
-        build whole once per call (``check_buffer_sizes``)."""
+        build whole once per call (``check_buffer_sizes``).
+
+        Returns
+        -------
+        dict of str to tuple of int
+            Each buffer, named with its dimensions, and its shape.
+        """
         return {"x [M, K]": (self.m, self.k), "y [M, N]": (self.m, self.n),
                 "planes [q, K/32, N]": (self.q, self.words, self.n),
                 "alpha [G, q, N]": (self.groups, self.q, self.n), "z [G, N]": (self.groups, self.n),

@@ -90,7 +90,13 @@ class MixedSpec(KernelSpec):
         check_buffer_sizes(self.buffers())
 
     def buffers(self) -> dict[str, tuple[int, ...]]:
-        """x, y and every operand of the format (``check_buffer_sizes``)."""
+        """x, y and every operand of the format (``check_buffer_sizes``).
+
+        Returns
+        -------
+        dict of str to tuple of int
+            Each buffer, named with its dimensions, and its shape.
+        """
         shapes = {f"{name} {list(shape)}": shape
                   for name, (shape, _) in self.layout.shapes().items()}
         return {"x [M, K]": (self.m, self.k), "y [M, N]": (self.m, self.n), **shapes}

@@ -118,7 +118,13 @@ class UniformSpec(GroupsAlongK, KernelSpec):
     def buffers(self) -> dict[str, tuple[int, ...]]:
         """The largest buffers of this spec's kernels (``check_buffer_sizes``): x, y, and the
         dequantized weight, which the prefill path's kernel writes (dense.py) and which bounds
-        qweight, scales, zeros, perm and the int8 byte planes."""
+        qweight, scales, zeros, perm and the int8 byte planes.
+
+        Returns
+        -------
+        dict of str to tuple of int
+            Each buffer, named with its dimensions, and its shape.
+        """
         return {"x [M, K]": (self.m, self.k), "y [M, N]": (self.m, self.n),
                 "the dequantized weight W [K, N]": (self.k, self.n)}
 
