@@ -338,7 +338,13 @@ class Storage:
         self.retries = 0
         self.revision: str | None = None
         try:
-            self._engine = _make_engine(self.url)
+            try:
+                self._engine = _make_engine(self.url)
+            except ImportError as error:  # create_engine imports the URL's driver
+                raise DatabaseError(
+                    f"tuning database {redact(self.url)}: its driver is not installed "
+                    f"({error}); qcompile ships psycopg2 and pymysql: write postgresql://, "
+                    "mysql:// or mariadb:// without a driver") from None
             self._sessions = sessionmaker(self._engine, expire_on_commit=False)
             if check_schema:
                 own_cache = self.url == default_url()
@@ -347,11 +353,6 @@ class Storage:
                                          auto_upgrade=own_cache))
         except SQLAlchemyError as error:
             raise DatabaseError(self._describe(error)) from None
-        except ImportError as error:  # a driver named in the URL that is not installed
-            raise DatabaseError(
-                f"tuning database {redact(self.url)}: its driver is not installed ({error}); "
-                "qcompile ships psycopg2 and pymysql: write postgresql://, mysql:// or "
-                "mariadb:// without a driver") from None
 
     def __repr__(self) -> str:
         return f"Storage({redact(self.url)!r})"
