@@ -23,8 +23,16 @@ import re
 import sys
 
 import targets
-from qcompile.cli_db import add_db_commands, add_layer_arguments
-from qcompile.errors import QCompileError
+from qcompile.cli_args import (
+    OneLineParser,
+    add_debug_flag,
+    check_output_dir,
+    check_output_file,
+    existing_file,
+    positive_int,
+    run_command,
+)
+from qcompile.cli_db import add_db_argument, add_db_commands, add_layer_arguments
 from qcompile.kernels import FAMILIES, get_family
 from qcompile.kernels.base import KernelSpec
 
@@ -49,17 +57,11 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
                        help="rows of K per scale/zero group; -1 = whole column (default 128)")
     group.add_argument("--shape", type=parse_shape, default=parse_shape(DEFAULT_SHAPE),
                        metavar="KxN", help=f"in x out features (default {DEFAULT_SHAPE})")
-    group.add_argument("--batch", type=int, default=1, metavar="M",
+    group.add_argument("--batch", type=positive_int, default=1, metavar="M",
                        help="activation rows per call (default 1: GEMV)")
     group.add_argument("--dtype", default="float32", help="activation dtype (default float32)")
     for family in FAMILIES.values():
         family.add_cli_arguments(group)
-
-
-def add_db_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", metavar="URL", default=None,
-                        help="SQLAlchemy URL of the tuning database (default: $QCOMPILE_DB, "
-                             "else ~/.cache/qcompile/tuning.sqlite)")
 
 
 def spec_from_args(args: argparse.Namespace) -> KernelSpec:
@@ -116,13 +118,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from targets.isa import require_tune_host
 
     require_tune_host(targets.get(args.target))  # refused before TVM loads
-    from qcompile.tune import tune
-
     if args.from_gptq:
         return tune_checkpoint(args)
-    spec = spec_from_args(args)
+    spec = spec_from_args(args)  # every rule of the spec, before TVM loads (seconds)
     preset = targets.get(args.target)
-    summary = tune(spec, preset, trials=args.trials, layers=_layers(args), seed=args.seed,
+    layers = _layers(args)
+    from qcompile.tune import tune
+
+    summary = tune(spec, preset, trials=args.trials, layers=layers, seed=args.seed,
                    progress=not args.quiet, force=args.force)
     print("\n".join(summary.lines()))
     return 0 if summary.best_us is not None else 1
@@ -131,13 +134,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def tune_checkpoint(args: argparse.Namespace) -> int:
     """``qcompile tune --from-gptq DIR``: every distinct layer shape of a checkpoint, once."""
     from qcompile.gptq import distinct_specs, load
-    from qcompile.tune import tune
 
+    preset = targets.get(args.target)
+    db_layers = _layers(args)
     layers = load(args.from_gptq)
     specs = distinct_specs(layers, m=args.batch, dtype=args.dtype,
                            int8_activations=getattr(args, "int8_activations", False))
-    preset = targets.get(args.target)
-    db_layers = _layers(args)
+    from qcompile.tune import tune
+
     print(f"{args.from_gptq}: {len(layers)} GPTQ layers, {len(specs)} distinct kernel specs "
           f"(M={args.batch}, {args.dtype})")
     failed = 0
@@ -154,12 +158,14 @@ def tune_checkpoint(args: argparse.Namespace) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     from targets.isa import require_build_host
 
-    require_build_host(targets.get(args.target), args.for_another_host)  # before TVM loads
+    spec = spec_from_args(args)
+    preset = targets.get(args.target)
+    require_build_host(preset, args.for_another_host)  # before TVM loads
+    check_output_dir(args.out)
+    layers = _layers(args)
     from qcompile.build import build
 
-    spec = spec_from_args(args)
-    result = build(spec, targets.get(args.target), args.out, layers=_layers(args),
-                   for_another_host=args.for_another_host)
+    result = build(spec, preset, args.out, layers=layers, for_another_host=args.for_another_host)
     print(f"built {result.so_path} from record {result.record_id}: {result.how}; "
           f"manifest {result.manifest_path}")
     if result.source:
@@ -171,15 +177,19 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     """``qcompile quantize``: float weights + calibration data -> the family's arrays (.npz)."""
     import numpy as np
 
-    from qcompile.errors import SpecError
+    from qcompile.errors import SpecError, UsageError
 
     spec = spec_from_args(args)
     family = get_family(spec.family)
     if not hasattr(family, "quantize"):
         raise SpecError(f"family {spec.family!r} has no quantizer; quantize supports: mixed")
-    weight = np.load(args.weight)
-    calibration = np.load(args.calibration) if args.calibration else None
-    hessian = np.load(args.hessian) if args.hessian else None
+    if not (args.calibration or args.hessian):
+        raise UsageError("quantize needs calibration data: give --calibration NPY (activations "
+                         "[S, K]) or --hessian NPY ([K, K])")
+    check_output_file(args.out)
+    weight = _load_npy(args.weight, "--weight")
+    calibration = _load_npy(args.calibration, "--calibration") if args.calibration else None
+    hessian = _load_npy(args.hessian, "--hessian") if args.hessian else None
     result = family.quantize(spec, weight, calibration=calibration, hessian=hessian)
     np.savez(args.out, **result.tensors.operands())
     report = result.report()
@@ -191,8 +201,25 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_npy(path: str, flag: str):
+    """A .npy array (never a pickle); an unreadable file is a FormatError naming the flag."""
+    import numpy as np
+
+    from qcompile.errors import FormatError
+
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        reason = str(error).split(". ")[0]  # numpy's first sentence says it
+        raise FormatError(f"{flag} {path} is not a .npy array: {reason}") from None
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "fiu":
+        kind = array.dtype if isinstance(array, np.ndarray) else "several arrays (.npz)"
+        raise FormatError(f"{flag} {path} must hold a numeric array; it holds {kind}")
+    return array
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="qcompile", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="qcompile", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("targets", help="list target presets and which this host supports")
@@ -205,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help="tune a kernel spec for a target into the database")
     p.add_argument("--target", required=True, choices=sorted(targets.PRESETS))
     add_spec_arguments(p)
-    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS,
+    p.add_argument("--trials", type=positive_int, default=DEFAULT_TRIALS,
                    help=f"candidates to build and measure (default {DEFAULT_TRIALS})")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -233,30 +260,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("quantize", help="quantize float weights with calibration data into a "
                                         "family's arrays (.npz for Kernel.prepare(**arrays))")
     add_spec_arguments(p)
-    p.add_argument("--weight", required=True, metavar="NPY", help="float weight [K, N] (.npy)")
-    p.add_argument("--calibration", metavar="NPY", help="calibration activations [S, K] (.npy)")
-    p.add_argument("--hessian", metavar="NPY", help="or the Hessian [K, K] (.npy)")
+    p.add_argument("--weight", required=True, metavar="NPY", type=existing_file,
+                   help="float weight [K, N] (.npy)")
+    data = p.add_mutually_exclusive_group()
+    data.add_argument("--calibration", metavar="NPY", type=existing_file,
+                      help="calibration activations [S, K] (.npy)")
+    data.add_argument("--hessian", metavar="NPY", type=existing_file,
+                      help="or the Hessian [K, K] (.npy)")
     p.add_argument("--out", required=True, metavar="NPZ", help="where the arrays go")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_quantize)
 
     p = sub.add_parser("db", help="look after the tuning database (qcompile db -h)")
     add_db_commands(p.add_subparsers(dest="db_command", required=True))
+    add_debug_flag(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``qcompile``: a user error is one line on stderr and exit status 2 (qcompile/
+    cli_args.py); ``--debug`` or ``QCOMPILE_DEBUG=1`` adds the traceback."""
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except QCompileError as error:
-        from tuning_db.url import scrub_arguments
-
-        print(f"qcompile: error: {scrub_arguments(error, args)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("qcompile: interrupted", file=sys.stderr)
-        return 130
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

@@ -21,13 +21,20 @@ import argparse
 import json
 from pathlib import Path
 
+from qcompile.cli_args import check_output_dir, check_output_file, positive_int
 from qcompile.errors import DatabaseError
+
+#: ``--db``'s help: the URL forms, the drivers they get, the default.
+DB_HELP = ("SQLAlchemy URL of the tuning database: sqlite:////path/tuning.sqlite (its directory "
+           "must exist), postgresql://user@host/db, mysql://user@host/db or "
+           "mariadb://user@host/db (written without a driver they use the psycopg2 and pymysql "
+           "drivers that ship with qcompile). Default: $QCOMPILE_DB, else tuning.sqlite in "
+           "$XDG_CACHE_HOME/qcompile (~/.cache/qcompile), whose directory is created")
 
 
 def add_db_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", metavar="URL", default=None,
-                        help="SQLAlchemy URL of the tuning database (default: $QCOMPILE_DB, "
-                             "else ~/.cache/qcompile/tuning.sqlite)")
+    """Add ``--db URL`` (:data:`DB_HELP`) to a command's parser."""
+    parser.add_argument("--db", metavar="URL", default=None, help=DB_HELP)
 
 
 def add_layer_arguments(parser: argparse.ArgumentParser) -> None:
@@ -126,6 +133,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from tuning_db import transfer
 
+    (check_output_file if args.format == "jsonl" else check_output_dir)(args.out)
     storage = _storage(args)
     if args.format == "metaschedule":
         count = transfer.export_metaschedule(storage, args.out, name=args.name)
@@ -259,7 +267,8 @@ def add_db_commands(db_sub) -> None:
     p = db_sub.add_parser("best", help="the fastest records per workload, with provenance")
     add_db_argument(p)
     filters(p)
-    p.add_argument("--top", type=int, default=1, metavar="K", help="records per workload")
+    p.add_argument("--top", type=positive_int, default=1, metavar="K",
+                   help="records per workload")
     p.set_defaults(func=cmd_best)
 
     p = db_sub.add_parser("export", help="write records to JSON lines or a MetaSchedule "
@@ -281,7 +290,8 @@ def add_db_commands(db_sub) -> None:
 
     p = db_sub.add_parser("prune", help="keep the K fastest records per workload and target")
     add_db_argument(p)
-    p.add_argument("--keep", type=int, required=True, metavar="K")
+    p.add_argument("--keep", type=positive_int, required=True, metavar="K",
+                   help="records to keep per workload and target (at least 1)")
     p.add_argument("--dry-run", action="store_true", help="count, delete nothing")
     p.set_defaults(func=cmd_prune)
 
@@ -298,7 +308,7 @@ def add_db_commands(db_sub) -> None:
     p.add_argument("--name", default=None, help="workload names containing this")
     p.add_argument("--family", default=None, help="this kernel family only")
     p.add_argument("--target", default=None, help="this target preset only (e.g. avx2)")
-    p.add_argument("--top", type=int, default=3, metavar="K",
+    p.add_argument("--top", type=positive_int, default=3, metavar="K",
                    help="records per workload to measure (default 3)")
     p.set_defaults(func=cmd_verify)
 

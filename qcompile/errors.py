@@ -26,6 +26,11 @@ class DatabaseError(QCompileError, RuntimeError):
     """The tuning database cannot be used (unreachable, corrupt, or a schema mismatch)."""
 
 
+class UsageError(QCompileError, ValueError):
+    """A command-line or API argument that is not a tensor breaks a rule (a count such as
+    ``--trials``, a path that cannot be written, a URL that is not one)."""
+
+
 class ArgumentError(QCompileError, ValueError):
     """A tensor passed to a kernel has the wrong dtype, shape or device."""
 

@@ -85,7 +85,8 @@ class QuantizeConfig:
             if key not in data:
                 raise FormatError(f"{source}: the quantization config has no {key!r}")
         checkpoint_format = data.get("checkpoint_format") or data.get("format") or "gptq"
-        if checkpoint_format not in ZERO_CONVENTION_OF_FORMAT:
+        if not isinstance(checkpoint_format, str) or \
+                checkpoint_format not in ZERO_CONVENTION_OF_FORMAT:
             raise FormatError(
                 f"{source}: checkpoint_format={checkpoint_format!r} is not supported; supported: "
                 f"{sorted(ZERO_CONVENTION_OF_FORMAT)} (other layouts repack the codes)"
@@ -98,6 +99,7 @@ class QuantizeConfig:
         if not isinstance(dynamic, dict):
             raise FormatError(f"{source}: 'dynamic' must map module regexes to settings; got "
                               f"{type(dynamic).__name__}")
+        _check_dynamic(dynamic, source)
         config = cls(
             bits=_integer(data["bits"], "bits", source),
             group_size=_integer(data["group_size"], "group_size", source),
@@ -129,8 +131,7 @@ class QuantizeConfig:
                     return None
                 continue
             if re.match(pattern.removeprefix("+:"), name):
-                known = {"bits", "group_size", "desc_act", "sym"}
-                settings = {k: v for k, v in (overrides or {}).items() if k in known}
+                settings = {k: v for k, v in (overrides or {}).items() if k in DYNAMIC_KEYS}
                 source = f"{self.source} (dynamic {pattern!r})"
                 module = replace(self, source=source, dynamic={}, **settings)
                 module.check()
@@ -241,8 +242,11 @@ def read_config(directory: str | Path) -> QuantizeConfig:
     if model.is_file():
         data = _read_json(model)
         if "quantization_config" in data:
-            return QuantizeConfig.from_dict(data["quantization_config"],
-                                            "config.json quantization_config")
+            config = data["quantization_config"]
+            if not isinstance(config, dict):
+                raise FormatError(f"{model}: 'quantization_config' must be a JSON object; got "
+                                  f"{type(config).__name__}")
+            return QuantizeConfig.from_dict(config, "config.json quantization_config")
         raise FormatError(f"{model} has no 'quantization_config' and there is no {CONFIG_FILE}: "
                           "not a quantized checkpoint")
     raise FormatError(f"{directory} has neither {CONFIG_FILE} nor config.json: not a GPTQ "
@@ -292,6 +296,9 @@ def load(path: str | Path) -> dict[str, GptqLayer]:
         that does not give each group ``group_size`` rows; the message names the tensor.
     """
     path = Path(path)
+    if path.is_file() and path.suffix != ".safetensors":
+        raise FormatError(f"{path} is a file, not a checkpoint directory or a .safetensors "
+                          "shard")
     if path.is_file():
         files, directory = [path], path.parent
     elif path.is_dir():
@@ -412,8 +419,37 @@ def _read_quantized_tensors(files: list[Path]) -> dict[str, dict[str, Any]]:
         with open_file(file) as handle:
             for tensor_name in wanted:
                 module, _, suffix = tensor_name.rpartition(".")
-                found.setdefault(module, {})[suffix] = handle.get_tensor(tensor_name)
+                try:
+                    tensor = handle.get_tensor(tensor_name)
+                except Exception as error:  # a truncated or corrupt shard: safetensors' errors
+                    raise FormatError(f"{file}: tensor {tensor_name} is not readable: "
+                                      f"{error}") from None
+                found.setdefault(module, {})[suffix] = tensor
     return found
+
+
+#: The settings a ``dynamic`` override may change (others are ignored, as GPTQModel does).
+DYNAMIC_KEYS = ("bits", "group_size", "desc_act", "sym")
+
+
+def _check_dynamic(dynamic: dict, source: str) -> None:
+    """Every ``dynamic`` pattern compiles and every override is a mapping whose ``bits`` and
+    ``group_size`` are integers, or a FormatError names the pattern and the rule."""
+    for pattern, overrides in dynamic.items():
+        regex = pattern[2:] if pattern.startswith(("-:", "+:")) else pattern
+        try:
+            re.compile(regex)
+        except re.error as error:
+            raise FormatError(f"{source}: dynamic pattern {pattern!r} is not a valid regular "
+                              f"expression: {error}") from None
+        if overrides is None or pattern.startswith("-:"):
+            continue
+        if not isinstance(overrides, dict):
+            raise FormatError(f"{source}: dynamic {pattern!r} must map settings to values; got "
+                              f"{type(overrides).__name__}")
+        for key in ("bits", "group_size"):
+            if key in overrides:
+                _integer(overrides[key], key, f"{source} (dynamic {pattern!r})")
 
 
 def _integer(value, key: str, source: str) -> int:
@@ -425,7 +461,7 @@ def _integer(value, key: str, source: str) -> int:
 def _read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
+    except (OSError, ValueError) as error:  # JSONDecodeError, UnicodeDecodeError
         raise FormatError(f"{path} is not readable JSON: {error}") from None
     if not isinstance(data, dict):
         raise FormatError(f"{path} must hold a JSON object; got {type(data).__name__}")

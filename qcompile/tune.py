@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from qcompile import _tvm
 from qcompile.callbacks import ProgressBar, RecordMeasurements
-from qcompile.errors import TargetUnavailableError
+from qcompile.errors import TargetUnavailableError, UsageError
 from qcompile.kernels import family_of
 from qcompile.kernels.base import KernelSpec
 from qcompile.measure import MeasurePolicy, measure_modules, measuring_provenance
@@ -135,7 +135,7 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
         a CUDA preset): tuning measures every candidate here, so it stops before starting.
     """
     if trials <= 0:
-        raise ValueError(f"trials must be positive; got {trials}")
+        raise UsageError(f"trials must be positive; got {trials}")
     require_tune_host(preset)
     if preset.kind == "cuda":
         supported, reason = preset.host_support()

@@ -210,6 +210,24 @@ def _retryable(error: DBAPIError) -> bool:
     return "database is locked" in message or "database table is locked" in message
 
 
+def _sqlite_directory(url: str, database: str) -> None:
+    """Only the default database (the user's cache) creates its directory; any other SQLite
+    file's directory must exist, so a typo in ``--db`` never makes directories."""
+    directory = Path(database).expanduser().parent
+    if url == default_url():
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise DatabaseError(f"tuning database {redact(url)}: cannot create its directory "
+                                f"{directory}: {error.strerror}") from None
+        return
+    if not directory.is_dir():
+        state = "is not a directory" if directory.exists() else "does not exist"
+        raise DatabaseError(f"tuning database {redact(url)}: directory {directory} {state}; "
+                            "create it first (only the default database in the user's cache "
+                            "creates its directory)")
+
+
 def _make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
@@ -220,7 +238,7 @@ def _make_engine(url: str) -> Engine:
         engine = create_engine(url, poolclass=StaticPool,
                                connect_args={"check_same_thread": False})
     else:
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        _sqlite_directory(url, database)
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")
@@ -323,7 +341,13 @@ class Storage:
         self.retries = 0
         self.revision: str | None = None
         try:
-            self._engine = _make_engine(self.url)
+            try:
+                self._engine = _make_engine(self.url)
+            except ImportError as error:  # create_engine imports the URL's driver
+                raise DatabaseError(
+                    f"tuning database {redact(self.url)}: its driver is not installed "
+                    f"({error}); qcompile ships psycopg2 and pymysql: write postgresql://, "
+                    "mysql:// or mariadb:// without a driver") from None
             self._sessions = sessionmaker(self._engine, expire_on_commit=False)
             if check_schema:
                 own_cache = self.url == default_url()

@@ -18,6 +18,53 @@ SPEC_SCHEMA_VERSION = 1
 #: The PrimFunc attribute that carries the spec's JSON, so a workload names its own spec.
 SPEC_ATTR = "qcompile.spec"
 
+#: The most elements one buffer of a kernel may hold. TVM 0.27 gives a shape whose dimensions
+#: are below 2**31 int32 extents and flattens every buffer to one extent of the same type, so a
+#: buffer of 2**31 elements or more does not compile ("Literal value 2147483648 exceeds range
+#: of int32", tried on a 32768 x 65536 int8 copy; 32767 x 65536 compiles). Each family checks
+#: its operands, and the buffers its computes always materialize whole, when a spec is made.
+MAX_BUFFER_ELEMENTS = 2**31 - 1
+
+
+def check_positive_ints(spec, names: tuple[str, ...]) -> None:
+    """Raise ``SpecError`` unless every field in ``names`` is an int (not a bool) above 0.
+
+    Parameters
+    ----------
+    spec : KernelSpec
+        The spec being made (from its ``__post_init__``).
+    names : tuple of str
+        Its fields to check ("k", "n", "m"); the message names the field in capitals.
+    """
+    for field in names:
+        value = getattr(spec, field)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise SpecError(f"{field.upper()} must be a positive integer; got {value!r}")
+
+
+def check_buffer_sizes(buffers: dict[str, tuple[int, ...]]) -> None:
+    """Raise ``SpecError`` naming the first buffer over :data:`MAX_BUFFER_ELEMENTS`.
+
+    Parameters
+    ----------
+    buffers : dict of str to tuple of int
+        ``{"x [M, K]": (m, k), ...}``: each buffer, named with its dimensions, and its shape.
+
+    Raises
+    ------
+    qcompile.errors.SpecError
+        "<buffer> = <dims> = <count> elements exceeds the limit of 2147483647 (2**31 - 1)...".
+    """
+    for name, shape in buffers.items():
+        count = 1
+        for extent in shape:
+            count *= extent
+        if count > MAX_BUFFER_ELEMENTS:
+            dims = " x ".join(map(str, shape))
+            raise SpecError(f"{name} = {dims} = {count} elements exceeds the limit of "
+                            f"{MAX_BUFFER_ELEMENTS} (2**31 - 1): TVM indexes every buffer with "
+                            "int32, so no kernel of this size compiles")
+
 
 @dataclass(frozen=True)
 class KernelSpec:

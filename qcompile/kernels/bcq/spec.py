@@ -7,7 +7,12 @@ from typing import ClassVar
 
 from qcompile.errors import SpecError
 from qcompile.formats.bcq import SUPPORTED_PLANES, WORD_BITS
-from qcompile.kernels.base import GroupsAlongK, KernelSpec
+from qcompile.kernels.base import (
+    GroupsAlongK,
+    KernelSpec,
+    check_buffer_sizes,
+    check_positive_ints,
+)
 
 #: Activations per table (the table has 2**mu entries).
 SUPPORTED_MU = (2, 3, 4, 5, 6, 7, 8)
@@ -34,6 +39,15 @@ class BcqSpec(GroupsAlongK, KernelSpec):
         and ``tools/bench_bcq.py`` sweep it.
     dtype : str
         Activation and output dtype (float32).
+
+    Notes
+    -----
+    x [M, K], y [M, N], planes [q, K/32, N], alpha [G, q, N], z [G, N] and the lookup tables
+    [M, K/mu, 2**mu] hold at most 2**31 - 1 elements each (``MAX_BUFFER_ELEMENTS``: TVM
+    indexes buffers with int32). The CPU kernels build the tables whole, once per call (at
+    mu = 8 that bounds M * K below 2**26); a CUDA block holds one group's tables of every row
+    in shared memory, a tighter bound its design space checks. With fine groups alpha is the
+    largest operand (group size 8, q = 8: K * N <= 2**31 - 1).
     """
 
     family: ClassVar[str] = "bcq"
@@ -48,18 +62,17 @@ class BcqSpec(GroupsAlongK, KernelSpec):
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        for field in ("k", "n", "m"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or value <= 0:
-                raise SpecError(f"{field.upper()} must be a positive integer; got {value!r}")
-        if self.q not in SUPPORTED_PLANES:
+        check_positive_ints(self, ("k", "n", "m"))
+        if type(self.q) is not int or self.q not in SUPPORTED_PLANES:
             raise SpecError(f"q={self.q} sign planes is not supported; supported: "
                             f"{SUPPORTED_PLANES}")
-        if self.mu not in SUPPORTED_MU:
+        if type(self.mu) is not int or self.mu not in SUPPORTED_MU:
             raise SpecError(f"mu={self.mu} is not supported; supported: {SUPPORTED_MU}")
         if self.k % WORD_BITS:
             raise SpecError(f"K={self.k} must be a multiple of {WORD_BITS}: sign bits are "
                             f"packed {WORD_BITS} rows of K per word")
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int):
+            raise SpecError(f"group_size must be an integer; got {self.group_size!r}")
         if self.group_size != -1 and (self.group_size <= 0 or self.k % self.group_size):
             raise SpecError(f"K={self.k} must be divisible by group_size={self.group_size} "
                             "(or use group_size=-1 for one group per column)")
@@ -70,6 +83,21 @@ class BcqSpec(GroupsAlongK, KernelSpec):
         if self.dtype != "float32":
             raise SpecError(f"dtype={self.dtype!r} is not supported by the bcq family; "
                             "supported: ('float32',)")
+        check_buffer_sizes(self.buffers())
+
+    def buffers(self) -> dict[str, tuple[int, ...]]:
+        """The operands of this spec's kernels and the lookup tables, which the CPU kernels
+        build whole once per call (``check_buffer_sizes``).
+
+        Returns
+        -------
+        dict of str to tuple of int
+            Each buffer, named with its dimensions, and its shape.
+        """
+        return {"x [M, K]": (self.m, self.k), "y [M, N]": (self.m, self.n),
+                "planes [q, K/32, N]": (self.q, self.words, self.n),
+                "alpha [G, q, N]": (self.groups, self.q, self.n), "z [G, N]": (self.groups, self.n),
+                "the lookup tables [M, K/mu, 2**mu]": (self.m, self.chunks, 1 << self.mu)}
 
     @property
     def chunks(self) -> int:

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from qcompile.errors import FormatError, SpecError
 from qcompile.formats.mixed import MixedLayout
-from qcompile.kernels.base import KernelSpec
+from qcompile.kernels.base import KernelSpec, check_buffer_sizes, check_positive_ints
 
 ACTIVATION_DTYPES = ("float32",)
 #: Columns of one int32 vector of the int8-activation kernel (AVX2).
@@ -46,6 +46,13 @@ class MixedSpec(KernelSpec):
         with the 2- and 4-bit codes (AVX2 ``vpmaddubsw``, kernels/mixed/compute_int8.py; CUDA
         ``dp4a``, compute_cuda_int8.py). The outliers still multiply the float32 x. About
         1e-2 relative error instead of 1e-6; N must be a multiple of 8.
+
+    Notes
+    -----
+    K is at most 65536 (outlier rows are 16-bit indices); x [M, K], y [M, N] and every operand
+    of the format (formats/mixed.py; the outliers' ``cols`` and ``values`` hold nnz elements,
+    which ``row_ptr`` counts in int32) hold at most 2**31 - 1 elements each
+    (``MAX_BUFFER_ELEMENTS``: TVM indexes buffers with int32).
     """
 
     family: ClassVar[str] = "mixed"
@@ -63,10 +70,7 @@ class MixedSpec(KernelSpec):
     int8_activations: bool = False
 
     def __post_init__(self) -> None:
-        for field in ("k", "n", "m"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or value <= 0:
-                raise SpecError(f"{field.upper()} must be a positive integer; got {value!r}")
+        check_positive_ints(self, ("k", "n", "m"))
         if self.dtype not in ACTIVATION_DTYPES:
             raise SpecError(f"dtype={self.dtype!r} is not supported by the mixed family; "
                             f"supported: {ACTIVATION_DTYPES}")
@@ -83,6 +87,19 @@ class MixedSpec(KernelSpec):
         if self.int8_activations and self.n % INT8_LANES:
             raise SpecError(f"int8 activations need N divisible by {INT8_LANES} (one 256-bit "
                             f"vector of int32 sums covers {INT8_LANES} columns); got N={self.n}")
+        check_buffer_sizes(self.buffers())
+
+    def buffers(self) -> dict[str, tuple[int, ...]]:
+        """x, y and every operand of the format (``check_buffer_sizes``).
+
+        Returns
+        -------
+        dict of str to tuple of int
+            Each buffer, named with its dimensions, and its shape.
+        """
+        shapes = {f"{name} {list(shape)}": shape
+                  for name, (shape, _) in self.layout.shapes().items()}
+        return {"x [M, K]": (self.m, self.k), "y [M, N]": (self.m, self.n), **shapes}
 
     def to_dict(self) -> dict:
         """As the base class, but ``int8_activations`` only when True: specs from before the

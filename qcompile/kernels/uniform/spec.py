@@ -7,7 +7,12 @@ from typing import ClassVar
 
 from qcompile.errors import SpecError
 from qcompile.formats import bitpack
-from qcompile.kernels.base import GroupsAlongK, KernelSpec
+from qcompile.kernels.base import (
+    GroupsAlongK,
+    KernelSpec,
+    check_buffer_sizes,
+    check_positive_ints,
+)
 
 ACTIVATION_DTYPES = ("float32", "float16", "bfloat16")
 #: Bit widths the int8-activation kernel takes (see UniformSpec.int8_activations).
@@ -22,7 +27,10 @@ class UniformSpec(GroupsAlongK, KernelSpec):
     Attributes
     ----------
     k, n : int
-        In-features K (the reduction) and out-features N.
+        In-features K (the reduction) and out-features N; K a multiple of the rows of K one
+        packed block holds (16 at 2 bits, 32 at 3, 8 at 4, 4 at 8), N a multiple of the
+        columns one block of ``qzeros`` holds (the same numbers), and K * N below 2**31 (see
+        Notes).
     bits : int
         Weight bit width: 2, 3, 4 or 8.
     group_size : int
@@ -44,6 +52,14 @@ class UniformSpec(GroupsAlongK, KernelSpec):
         kernels run at the memory bandwidth, at the price of rounding x to 8 bits (about 1e-2
         relative error instead of 1e-6). 2-, 3- and 4-bit weights, float32 activations, no
         fused act_order gather.
+
+    Notes
+    -----
+    x [M, K], y [M, N] and the dequantized weight W [K, N] (written by the prefill path's
+    kernel, dense.py) hold at most 2**31 - 1 elements each (``MAX_BUFFER_ELEMENTS``: TVM
+    indexes buffers with int32); W bounds every other operand (qweight, scales, zeros, perm,
+    byte planes). The largest LLM layers stay below it (16384 x 128256, an lm_head, is
+    2.10e9).
     """
 
     family: ClassVar[str] = "uniform"
@@ -59,11 +75,8 @@ class UniformSpec(GroupsAlongK, KernelSpec):
     int8_activations: bool = False
 
     def __post_init__(self) -> None:
-        for field in ("k", "n", "m"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or value <= 0:
-                raise SpecError(f"{field.upper()} must be a positive integer; got {value!r}")
-        if self.bits not in bitpack.SUPPORTED_BITS:
+        check_positive_ints(self, ("k", "n", "m"))
+        if type(self.bits) is not int or self.bits not in bitpack.SUPPORTED_BITS:
             raise SpecError(
                 f"bits={self.bits} is not supported; supported bit widths: {bitpack.SUPPORTED_BITS}"
             )
@@ -73,6 +86,8 @@ class UniformSpec(GroupsAlongK, KernelSpec):
                 f"K={self.k} must be divisible by {values}: {self.bits}-bit weights pack "
                 f"{values} rows of K per block"
             )
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int):
+            raise SpecError(f"group_size must be an integer; got {self.group_size!r}")
         if self.group_size != -1 and (self.group_size <= 0 or self.k % self.group_size):
             raise SpecError(
                 f"K={self.k} must be divisible by group_size={self.group_size} "
@@ -93,6 +108,25 @@ class UniformSpec(GroupsAlongK, KernelSpec):
                 f"int8_activations must be True or False; got {self.int8_activations!r}")
         if self.int8_activations:
             self._check_int8()
+        if self.n % values:
+            raise SpecError(
+                f"N={self.n} must be divisible by {values}: qzeros packs the {self.bits}-bit "
+                f"zero-points of {values} columns of N per block"
+            )
+        check_buffer_sizes(self.buffers())
+
+    def buffers(self) -> dict[str, tuple[int, ...]]:
+        """The largest buffers of this spec's kernels (``check_buffer_sizes``): x, y, and the
+        dequantized weight, which the prefill path's kernel writes (dense.py) and which bounds
+        qweight, scales, zeros, perm and the int8 byte planes.
+
+        Returns
+        -------
+        dict of str to tuple of int
+            Each buffer, named with its dimensions, and its shape.
+        """
+        return {"x [M, K]": (self.m, self.k), "y [M, N]": (self.m, self.n),
+                "the dequantized weight W [K, N]": (self.k, self.n)}
 
     def _check_int8(self) -> None:
         if self.bits not in INT8_BITS:
