@@ -295,7 +295,7 @@ class RecordChecker:
         digest = record_digest(workload.digest, trace_text)
         what = f"{what}: record {digest[:12]}"
         _digest_matches(line, digest, what)
-        check_record_trace(workload.spec, workload.preset.kind, trace, digest=digest)
+        check_record_trace(trace, workload.spec, workload.preset.kind, digest=digest)
         target = _json(line, "target_json", what)
         if not isinstance(target, dict) or \
                 self._target(target, what)[1] != workload.values["target_json"]:
