@@ -20,8 +20,9 @@ from qcompile.errors import NoRecordError
 from qcompile.kernels import family_of
 from qcompile.kernels.base import KernelSpec
 from qcompile.manifest import sha256_of, write_manifest
+from qcompile.trust.traces import check_record_trace, target_kind_of
 from tuning_db import Storage
-from tuning_db.database import SqlDatabase
+from tuning_db.database import SqlDatabase, spec_of
 from tuning_db.layers import Layers
 
 
@@ -36,7 +37,16 @@ class BuildResult:
 
 
 def scheduled_module(mod, record, target) -> _tvm.tvm.IRModule:
-    """Workload ``mod`` with the trace of database ``record`` replayed on it."""
+    """Workload ``mod`` with the trace of database ``record`` replayed on it.
+
+    Raises
+    ------
+    RecordRefused
+        The trace holds something our design spaces for ``mod``'s spec on ``target`` never emit
+        (qcompile.trust.traces): it is not replayed.
+    """
+    check_record_trace(record.trace_json, spec_of(mod), target_kind_of(target),
+                       digest=record.digest)
     tuning_record = _tvm.TuningRecord.from_json(
         [json.loads(record.trace_json), None, _tvm.target_dict(target),
          json.loads(record.args_info_json)],
@@ -64,11 +74,16 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
     hw = hw or preset.hardware()
     target = _tvm.Target(preset.tvm_target(hw))
     mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, preset.kind))
-    best = SqlDatabase(layers.writer, target, readers=layers.readers).best(mod)
+    database = SqlDatabase(layers.writer, target, readers=layers.readers)
+    best = database.best(mod)
     if best is None:
+        refused = ""
+        if database.refused:  # records there, none valid: say why (the first one's rule)
+            first = next(iter(database.refused.values()))
+            refused = f" (none valid: {len(database.refused)} refused, the first as {first})"
         raise NoRecordError(
             f"no tuned record for {spec.name()} on {preset.name} "
-            f"({_target_label(preset, hw)}) in {layers.describe()}; run: qcompile tune "
+            f"({_target_label(preset, hw)}) in {layers.describe()}{refused}; run: qcompile tune "
             f"{spec_cli_args(spec)} --target {preset.name}"
         )
     workload, record = best
