@@ -12,8 +12,11 @@ from our own design spaces for the record's spec and target kind (:func:`policy_
 space functions (schedules/) are run on its compute for a few hardware models and everything
 they emit is collected. A trace may then hold only:
 
-- instruction kinds the spaces emit (and ``EnterPostproc``, which MetaSchedule puts before its
-  postprocessors in every candidate it measures; ours only check and add no instruction);
+- instruction kinds the spaces emit, ``EnterPostproc`` included: the derivation marks the end of
+  each sketch as MetaSchedule does before running the postprocessors on every candidate it
+  measures (ours, ``schedules._search_settings``, only check and add no instruction; one that
+  schedules would have to be applied here too, and the tuner's own commit check would fail at
+  once until it is);
 - per kind, the attribute shapes the spaces emit (arity and JSON types) and, at every string
   attribute position, only the exact strings seen there (block names, scopes, thread axes,
   tensor intrinsics);
@@ -68,9 +71,6 @@ INSTRUCTION_SLACK = 2
 
 #: An IndexMap's JSON may be up to this many times longer than the longest the spaces emit.
 INDEX_MAP_SLACK = 4
-
-#: MetaSchedule's marker before postprocessing, in every candidate it measures.
-POSTPROC_KIND = "EnterPostproc"
 
 #: TVM's names of random variables in trace JSON: blocks, loops, sampled values.
 _RV_NAME = re.compile(r"[blv][0-9]{1,9}")
@@ -433,8 +433,7 @@ class _Seen:
         low = min(0, *self.ints) if self.ints else 0
         high = max(longest_loop, *self.ints) if self.ints else longest_loop
         return TracePolicy(
-            label=label, kinds=frozenset(self.kinds | {POSTPROC_KIND}),
-            attr_shapes={**frozen(self.attr_shapes), POSTPROC_KIND: frozenset({()})},
+            label=label, kinds=frozenset(self.kinds), attr_shapes=frozen(self.attr_shapes),
             attr_strings=frozen(self.attr_strings), input_types=frozen(self.input_types),
             input_strings=frozen(self.input_strings), annotations=annotations,
             decision_shapes=frozen(self.decision_shapes),
@@ -442,7 +441,7 @@ class _Seen:
             index_map_keys=frozenset(self.index_map_keys),
             index_map_chars=INDEX_MAP_SLACK * self.index_map_chars,
             int_range=(int(low), int(high)),
-            max_instructions=INSTRUCTION_SLACK * (self.longest + 1))
+            max_instructions=INSTRUCTION_SLACK * self.longest)
 
 
 # ---- checking ---------------------------------------------------------------------------------
@@ -450,6 +449,10 @@ class _Seen:
 
 class _Refusal(Exception):
     """A rule broken: ``str(refusal)`` is ``"<where> <rule>"``."""
+
+
+class _TooDeep(Exception):
+    """Lists nested deeper than :data:`MAX_NESTING` (the caller says where)."""
 
 
 class _Checker:
@@ -469,8 +472,14 @@ class _Checker:
             raise _Refusal(f"trace has {len(insts)} instructions, over the "
                            f"{self.policy.max_instructions} allowed for {self.policy.label}")
         for index, inst in enumerate(insts):
-            self.instruction(index, inst)
-        self.decisions(insts, decisions)
+            try:
+                self.instruction(index, inst)
+            except _TooDeep as error:
+                raise _Refusal(f"instruction {index} {inst[0]!s:.40} {error}") from None
+        try:
+            self.decisions(insts, decisions)
+        except _TooDeep as error:
+            raise _Refusal(f"decisions: {error}") from None
 
     # -- instructions
 
@@ -479,7 +488,8 @@ class _Checker:
         if not (isinstance(inst, list) and len(inst) == 4):
             raise _Refusal(f"{where} is not [kind, inputs, attrs, outputs] (a list of 4)")
         kind, inputs, attrs, outputs = inst
-        if not isinstance(kind, str) or kind not in self.policy.kinds:
+        # an Annotate is judged by its key, even where no space of this spec annotates
+        if kind != "Annotate" and (not isinstance(kind, str) or kind not in self.policy.kinds):
             raise _Refusal(f"{where} kind {_show(kind)} is not one our design spaces emit for "
                            f"{self.policy.label} (allowed: {_listed(self.policy.kinds)})")
         where = f"instruction {index} {kind}"
@@ -615,6 +625,8 @@ class _Checker:
 
     def decision_range(self, where: str, kind: str, attrs: list, decision) -> None:
         """MetaSchedule's meaning of the two sampling kinds' decisions."""
+        if not all(float(n).is_integer() for n in _numbers([decision])):
+            raise _Refusal(f"{where} decision {_show(decision)} is not whole numbers")
         if kind == "SampleCategorical":
             candidates = attrs[0]
             if not 0 <= decision < len(candidates):
@@ -662,7 +674,7 @@ def _input_type(value) -> str:
 def _leaves(inputs: list, depth: int = 0) -> Iterator[tuple[str, Any]]:
     """(type, value) of every input, list elements included (each list also as "list")."""
     if depth > MAX_NESTING:
-        raise _Refusal(f"inputs nest over {MAX_NESTING} lists deep")
+        raise _TooDeep(f"inputs nest over {MAX_NESTING} lists deep")
     for value in inputs:
         input_type = _input_type(value)
         yield input_type, value
@@ -674,7 +686,7 @@ def _shape(value, depth: int = 0) -> str:
     """The JSON type signature of an attribute or decision: ``number``, ``str``, ``null``,
     ``list[number]``..."""
     if depth > MAX_NESTING:
-        raise _Refusal(f"a value nests over {MAX_NESTING} lists deep")
+        raise _TooDeep(f"attributes or decisions nest over {MAX_NESTING} lists deep")
     if isinstance(value, list):
         return "list[" + ",".join(sorted({_shape(v, depth + 1) for v in value})) + "]"
     if isinstance(value, int | float):  # bools too (see _input_type)
