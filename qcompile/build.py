@@ -30,9 +30,10 @@ from qcompile.measure import (
 )
 from qcompile.trust.choice import DEFAULT_TOP, Candidate, believe, choose, store_measurement
 from qcompile.trust.seals import Sealer
+from qcompile.trust.traces import check_record_trace, target_kind_of
 from targets.isa import require_build_host
 from tuning_db import Storage
-from tuning_db.database import SqlDatabase
+from tuning_db.database import SqlDatabase, spec_of
 from tuning_db.layers import Layers
 from tuning_db.models import PURPOSE_VERIFY
 from tuning_db.url import redact
@@ -52,7 +53,16 @@ class BuildResult:
 
 
 def scheduled_module(mod, record, target) -> _tvm.tvm.IRModule:
-    """Workload ``mod`` with the trace of database ``record`` replayed on it."""
+    """Workload ``mod`` with the trace of database ``record`` replayed on it.
+
+    Raises
+    ------
+    RecordRefused
+        The trace holds something our design spaces for ``mod``'s spec on ``target`` never emit
+        (qcompile.trust.traces): it is not replayed.
+    """
+    check_record_trace(record.trace_json, spec_of(mod), target_kind_of(target),
+                       digest=record.digest)
     tuning_record = _tvm.TuningRecord.from_json(
         [json.loads(record.trace_json), None, _tvm.target_dict(target),
          json.loads(record.args_info_json)],
@@ -103,9 +113,13 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
     database = SqlDatabase(layers.writer, target, readers=layers.readers)
     found = database.candidates(mod, top)
     if not found:
+        refused = ""
+        if database.refused:  # records there, none valid: say why (the first one's rule)
+            first = next(iter(database.refused.values()))
+            refused = f" (none valid: {len(database.refused)} refused, the first as {first})"
         raise NoRecordError(
             f"no tuned record for {spec.name()} on {preset.name} "
-            f"({_target_label(preset, hw)}) in {layers.describe()}; run: qcompile tune "
+            f"({_target_label(preset, hw)}) in {layers.describe()}{refused}; run: qcompile tune "
             f"{spec_cli_args(spec)} --target {preset.name}"
         )
     sealer = Sealer.load()

@@ -19,12 +19,14 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
+import logging
 
 import qcompile
 from qcompile import _tvm
 from qcompile._tvm import TuningRecord, Workload, derived_object, ms
-from qcompile.errors import DatabaseError
+from qcompile.errors import DatabaseError, RecordRefused
 from qcompile.kernels.base import SPEC_ATTR
+from qcompile.trust.traces import check_record_trace, target_kind_of
 from targets import canonical_json, target_key
 from targets.host import cpu_model, hostname
 from tuning_db.models import STATUS_OK, STATUS_RUN_ERROR
@@ -32,6 +34,8 @@ from tuning_db.storage import Provenance, RecordInfo, Storage, WorkloadInfo
 
 #: MetaSchedule marks failed candidates with this run time; we store a status instead.
 _FAILED_RUN_SECS = 1e9
+
+log = logging.getLogger(__name__)
 
 
 def workload_digest(spec_digest: str, target_key_: str) -> str:
@@ -134,6 +138,10 @@ class SqlDatabase(ms.database.PyDatabase):
         self.target_key = target_key(_tvm.target_dict(target))
         self.provenance = provenance or default_provenance()
         self._workloads: dict[str, tuple[WorkloadInfo, Workload]] = {}
+        #: Records whose trace our design spaces could not have emitted (qcompile.trust.traces),
+        #: by (reader layer, record id): their one-line reasons. Lookups skip them.
+        self.refused: dict[tuple[int, int], str] = {}
+        self._passed: set[tuple[int, int]] = set()
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -190,7 +198,7 @@ class SqlDatabase(ms.database.PyDatabase):
             info = self._found_in(layer, mod, target)
             if info is None:
                 continue
-            for record in self.readers[layer].top_records(info.id, k, self.tvm_series):
+            for record in self._trusted_top(layer, info, k, spec_of(mod), target):
                 found.append((record.mean_us, layer, record.id, info, record))
         found.sort(key=lambda item: item[:3])
         seen: set[str] = set()
@@ -207,6 +215,31 @@ class SqlDatabase(ms.database.PyDatabase):
         by_url = {storage.display_url: storage for storage in self.readers}
         return [(by_url[record.database], info, record)
                 for info, record in self.ranked(mod, k, target)]
+    def _trusted_top(self, layer: int, info: WorkloadInfo, k: int, spec: dict,
+                     target=None) -> list[RecordInfo]:
+        """The ``k`` fastest successful records of ``info`` in reader ``layer`` whose traces
+        pass the trace check; the refused ones are skipped (and more are read in their place)."""
+        limit = k
+        while True:
+            records = self.readers[layer].top_records(info.id, limit, self.tvm_series)
+            trusted = [r for r in records if self._trusted(layer, r, spec, target)]
+            if len(trusted) >= k or len(records) < limit:
+                return trusted[:k]
+            limit = k + len(records) - len(trusted)
+
+    def _trusted(self, layer: int, record: RecordInfo, spec: dict, target=None) -> bool:
+        """Whether ``record``'s trace is one our design spaces could emit for ``spec`` on this
+        view's target kind; a refused record is logged once, with its digest and the rule."""
+        key = (layer, record.id)
+        if key not in self._passed and key not in self.refused:
+            try:
+                check_record_trace(record.trace_json, spec, target_kind_of(target or self.target),
+                                   digest=record.digest)
+                self._passed.add(key)
+            except RecordRefused as error:
+                self.refused[key] = str(error)
+                log.warning("%s (in %s); skipped", error, self.readers[layer].display_url)
+        return key in self._passed
 
     def measured(self, mod, target=None) -> int:
         """Records (every status, this TVM series) of ``mod`` over every layer: the trials
@@ -238,6 +271,9 @@ class SqlDatabase(ms.database.PyDatabase):
         seal = ""
         if secs and self.sealer is not None:
             seal = self.sealer.seal(digest, self.provenance.device_model, secs, "tune")
+        # A trace our own tuner produced: a refusal here is a bug in a space or in the check.
+        check_record_trace(trace_json, spec_of(record.workload.mod), target_kind_of(self.target),
+                           digest=digest)
         return self.storage.add_record(
             workload_id=info.id, digest=digest, status=status,
             run_secs=secs, trace_json=trace_text, args_info_json=json.dumps(args_info),
