@@ -153,20 +153,20 @@ def measure_modules(modules: list, target, policy: MeasurePolicy,
 
     builder = policy.builder()
     runner = policy.runner(f_alloc_argument)
+    device_type = "cuda" if target.kind.name == "cuda" else "cpu"
     built = builder.build([ms.builder.BuilderInput(mod, target) for mod in modules])
     results: list[Measured] = []
     try:
         for mod, build in zip(modules, built, strict=True):
             if build.error_msg:
-                results.append(Measured(None, build.error_msg.strip().splitlines()[0][:500]))
+                results.append(Measured(None, _last_line(build.error_msg)))
                 continue
             args_info = ms.arg_info.ArgInfo.from_entry_func(mod, remove_preproc=True)
-            (future,) = runner.run([ms.runner.RunnerInput(build.artifact_path,
-                                                          target.kind.name, args_info)])
+            (future,) = runner.run([ms.runner.RunnerInput(build.artifact_path, device_type,
+                                                          args_info)])
             ran = future.result()
             if ran.error_msg or not ran.run_secs:
-                text = (ran.error_msg or "no run time").strip().splitlines()
-                results.append(Measured(None, (text[0] if text else "failed")[:500]))
+                results.append(Measured(None, _last_line(ran.error_msg or "no run time")))
             else:
                 results.append(Measured([float(s) for s in ran.run_secs]))
     finally:
@@ -174,3 +174,9 @@ def measure_modules(modules: list, target, policy: MeasurePolicy,
             if build.artifact_path:
                 shutil.rmtree(os.path.dirname(build.artifact_path), ignore_errors=True)
     return results
+
+
+def _last_line(text: str) -> str:
+    """The line of an error text that says what went wrong (a traceback's last)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else "failed")[:500]

@@ -138,6 +138,8 @@ class SqlDatabase(ms.database.PyDatabase):
         self.target_key = target_key(_tvm.target_dict(target))
         self.provenance = provenance or default_provenance()
         self._workloads: dict[str, tuple[WorkloadInfo, Workload]] = {}
+        #: The modules looked up through this view, by workload digest (get_all_tuning_records).
+        self._seen: dict[str, object] = {}
         #: Records whose trace our design spaces could not have emitted (qcompile.trust.traces),
         #: by (reader layer, record id): their one-line reasons. Lookups skip them.
         self.refused: dict[tuple[int, int], str] = {}
@@ -193,6 +195,8 @@ class SqlDatabase(ms.database.PyDatabase):
     def ranked(self, mod, k: int, target=None) -> list[tuple[WorkloadInfo, RecordInfo]]:
         """The ``k`` fastest successful records of ``mod`` over every layer, fastest first
         (ties go to the earlier layer; a record present in two layers counts once)."""
+        if target is None:
+            self._seen.setdefault(self.digest_of(mod), mod)
         found = []
         for layer in range(len(self.readers)):
             info = self._found_in(layer, mod, target)
@@ -242,13 +246,18 @@ class SqlDatabase(ms.database.PyDatabase):
         return key in self._passed
 
     def measured(self, mod, target=None) -> int:
-        """Records (every status, this TVM series) of ``mod`` over every layer: the trials
-        already spent."""
+        """Records (every status, this TVM series) of ``mod`` over every layer whose traces pass
+        the trace check: the trials already spent (a flood of refused records buys nothing)."""
+        spec = spec_of(mod)
         total = 0
         for layer in range(len(self.readers)):
             info = self._found_in(layer, mod, target)
-            if info is not None:
-                total += self.readers[layer].count_records(info.id, tvm_series=self.tvm_series)
+            if info is None:
+                continue
+            total += sum(1 for record in self.readers[layer].records(info.id)
+                         if (record.tvm_version == self.tvm_series
+                             or record.tvm_version.startswith(f"{self.tvm_series}."))
+                         and self._trusted(layer, record, spec, target))
         return total
 
     def _to_tuning_record(self, record: RecordInfo, workload: Workload) -> TuningRecord:
@@ -319,13 +328,14 @@ class SqlDatabase(ms.database.PyDatabase):
                 for _, record in self.ranked(workload.mod, top_k)]
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
-        """The successful records of the workloads this view has looked up in this process,
+        """The successful records of the workloads this view has been asked about in this process,
         fastest first (a stored IRModule is never deserialized: the workloads are our own
         computes, and their records pass :meth:`ranked`'s checks)."""
         out = []
-        for _, workload in self._workloads.values():
+        for mod in list(self._seen.values()):
+            workload = Workload(mod)
             out.extend(self._to_tuning_record(record, workload)
-                       for _, record in self.ranked(workload.mod, 1 << 30))
+                       for _, record in self.ranked(mod, 1 << 30))
         return out
 
     def query_tuning_record(self, mod, target, workload_name=None) -> TuningRecord | None:

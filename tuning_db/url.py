@@ -137,22 +137,25 @@ def resolve_url(url: str | None = None) -> str:
     return parsed.set(drivername=drivername).render_as_string(hide_password=False)
 
 
-def is_secret_name(name: str) -> bool:
+def is_secret_name(name: str, *, in_url: bool = True) -> bool:
     """Whether a query parameter (or ``name=value`` key) called ``name`` carries a secret.
 
     Parameters
     ----------
     name : str
         The parameter's name, percent-decoded.
+    in_url : bool
+        A URL's query parameter (True), or a ``name=value`` pair in free text (False), where
+        the short :data:`SECRET_NAMES` ("key=value" in a message) are ordinary words.
 
     Returns
     -------
     bool
-        True when its lower-cased letters and digits contain one of :data:`SECRET_WORDS` or
-        are one of :data:`SECRET_NAMES` (the module's rule).
+        True when its lower-cased letters and digits contain one of :data:`SECRET_WORDS` or,
+        in a URL, are one of :data:`SECRET_NAMES` (the module's rule).
     """
     normal = re.sub(r"[^a-z0-9]", "", str(name).lower())
-    return normal in SECRET_NAMES or any(word in normal for word in SECRET_WORDS)
+    return (in_url and normal in SECRET_NAMES) or any(word in normal for word in SECRET_WORDS)
 
 
 def redact(url) -> str:
@@ -389,7 +392,7 @@ def _mask_pairs(text: str) -> str:
     def mask(match: re.Match) -> str:
         value = match.group("value")
         if not value or value.lstrip("'\"").startswith(MASK) \
-                or not is_secret_name(match.group("name")):
+                or not is_secret_name(match.group("name"), in_url=False):
             return match.group(0)
         quote_char = value[0] if value[0] in "'\"" else ""
         return f"{match.group(0)[:match.start('value') - match.start()]}" \
@@ -403,7 +406,7 @@ def _pair_secrets(text: str) -> set[str]:
     found = set()
     for match in _PAIR.finditer(text):
         value = match.group("value")
-        if value and is_secret_name(match.group("name")):
+        if value and is_secret_name(match.group("name"), in_url=False):
             found.update((value, value.strip("'\"")))
     return found
 

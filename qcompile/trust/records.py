@@ -23,7 +23,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from qcompile.errors import RecordRefused
@@ -305,11 +305,15 @@ class RecordChecker:
         if args_info != expected:
             raise _refuse(what, f"args_info {_short(args_info)} is not what its trace gives "
                                 f"({_short(expected)})")
+        provenance = _provenance(line, what)
+        if not provenance.tvm_version:  # MetaSchedule's files do not say; it replays on ours
+            provenance = replace(provenance, tvm_version=self._tvm.TVM_VERSION,
+                                 tvm_ffi_version=self._tvm.TVM_FFI_VERSION)
         return record_values(
             workload_id=None, digest=digest, status=status, run_secs=run_secs,
             trace_json=trace_text, args_info_json=json.dumps(expected),
             target_json=workload.values["target_json"], error=error,
-            provenance=_provenance(line, what), origin=origin[:255],
+            provenance=provenance, origin=origin[:255],
             created_at=_created_at(line.get("created_at"), what), claimed=True,
             seal=_seal(line.get("seal"), what), other_load=_load(line.get("other_load"), what))
 

@@ -64,8 +64,8 @@ def test_upgrade_0001_builds_the_first_schema(db_url):
     assert {"workloads", "tuning_records", "alembic_version"} <= names
     columns = {c["name"] for c in inspect(bare.engine).get_columns("tuning_records")}
     assert "origin" not in columns and {"host", "user", "tvm_ffi_version"} <= columns
-    with pytest.raises(DatabaseError, match="revision 0001; this qcompile needs revision 0002. "
-                                            "Run: qcompile db upgrade --db"):
+    with pytest.raises(DatabaseError, match=f"revision 0001; this qcompile needs revision "
+                                            f"{schema.HEAD}. Run: qcompile db upgrade --db"):
         schema.check(bare.engine, bare.display_url, readonly=False)
 
 
@@ -78,18 +78,38 @@ def test_upgrade_0002_keeps_records_and_adds_origin(db_url):
     with bare.engine.begin() as connection:
         wid = connection.execute(workloads.insert().values(**WORKLOAD_0001)).inserted_primary_key[0]
         connection.execute(records.insert().values(**_record_0001(wid)))
-    before, after = schema.upgrade(bare.engine, bare.display_url)
+    before, after = schema.upgrade(bare.engine, bare.display_url, "0002")
     assert (before, after) == ("0001", "0002")
-    assert _schema_diff(bare.engine) == []
-    assert schema.check(bare.engine, bare.display_url, readonly=False) == schema.HEAD
-    storage = bare
-    (record,) = storage.records()
-    assert (record.mean_us, record.user, record.host, record.origin) == (12.5, "alice", "h1", "")
-    if storage.dialect in ("mysql", "mariadb"):
+    columns = {c["name"] for c in inspect(bare.engine).get_columns("tuning_records")}
+    assert "origin" in columns and "seal" not in columns
+    with bare.engine.connect() as connection:
+        row = connection.execute(text("SELECT mean_us, origin FROM tuning_records")).one()
+    assert tuple(row) == (12.5, "")
+    if bare.dialect in ("mysql", "mariadb"):
         types = {c["name"]: str(c["type"]) for c in inspect(bare.engine).get_columns("workloads")}
         assert types["mod_json"] == "LONGTEXT"
     # upgrading again is a no-op
-    assert schema.upgrade(bare.engine, bare.display_url) == ("0002", "0002")
+    assert schema.upgrade(bare.engine, bare.display_url, "0002") == ("0002", "0002")
+
+
+def test_upgrade_0003_keeps_records_as_unsealed_claims_and_adds_measurements(db_url):
+    bare = _bare(db_url)
+    schema.upgrade(bare.engine, bare.display_url, "0001")
+    meta = sa.MetaData()
+    workloads = sa.Table("workloads", meta, autoload_with=bare.engine)
+    records = sa.Table("tuning_records", meta, autoload_with=bare.engine)
+    with bare.engine.begin() as connection:
+        wid = connection.execute(workloads.insert().values(**WORKLOAD_0001)).inserted_primary_key[0]
+        connection.execute(records.insert().values(**_record_0001(wid)))
+    assert schema.upgrade(bare.engine, bare.display_url) == ("0001", "0003")
+    assert _schema_diff(bare.engine) == []
+    assert schema.check(bare.engine, bare.display_url, readonly=False) == schema.HEAD
+    (record,) = bare.records()
+    assert (record.mean_us, record.user, record.host, record.origin) == (12.5, "alice", "h1", "")
+    assert (record.claimed, record.seal, record.other_load) == (False, "", None)
+    assert "measurements" in inspect(bare.engine).get_table_names()
+    assert bare.measurements([record.id]) == {record.id: []}
+    assert schema.upgrade(bare.engine, bare.display_url) == ("0003", "0003")
 
 
 def test_legacy_database_is_refused_then_upgraded(db_url):
