@@ -1,0 +1,132 @@
+"""The replay check: every kernel variant's design space and heuristic point for a fixed set of
+specs, as text, so that a refactor can prove it changed no generated code.
+
+For each case (a spec on a target class, with a fixed hardware model so that the result does
+not depend on the machine), :func:`snapshot` records
+
+- ``space``: the design space's sketches with the decisions sampled at seed 1 (the golden
+  design space: what stored records mean),
+- ``tir``: the heuristic point's scheduled TensorIR,
+- ``code``: the code generated from it (CUDA C for CUDA targets, assembly for CPUs).
+
+``tools/replay_check.py`` writes the snapshot's digests to a file and compares against one;
+``tests/codegen/test_replay.py`` checks the committed baseline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from targets.hardware import CpuHardware
+
+#: Fixed CPU models (not this host's): the generated code must not depend on the machine.
+AVX2_HW = CpuHardware(l1d_bytes=32 << 10, l2_bytes=1 << 20, l3_bytes=32 << 20,
+                      vector_registers=16, vector_bits=256, cores=2)
+AVX512_HW = CpuHardware(l1d_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20,
+                        vector_registers=32, vector_bits=512, cores=2)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One spec on one target preset."""
+
+    name: str
+    spec: object
+    preset: str
+
+    def hardware(self):
+        import targets
+
+        preset = targets.get(self.preset)
+        if preset.kind == "cuda":
+            return preset.hardware()
+        return AVX512_HW if self.preset == "avx512" else AVX2_HW
+
+
+def cases() -> list[Case]:
+    """Specs that reach every variant (family x target class x compute), a few each."""
+    from qcompile.kernels import BcqSpec, MixedSpec, UniformSpec
+
+    u, b, x = UniformSpec, BcqSpec, MixedSpec
+    return [
+        Case("uniform_cpu_b4", u(k=512, n=256), "avx2"),
+        Case("uniform_cpu_b3_gcol_m4", u(k=512, n=256, bits=3, group_size=-1, m=4), "avx2"),
+        Case("uniform_cpu_b2_f16_act_order", u(k=512, n=256, bits=2, group_size=64,
+                                               dtype="float16", act_order=True), "avx512"),
+        Case("uniform_cpu_b8_m8", u(k=512, n=256, bits=8, m=8), "avx2"),
+        Case("uniform_cpu_int8_b4", u(k=512, n=256, int8_activations=True), "avx2"),
+        Case("uniform_cpu_int8_b2_m4", u(k=512, n=256, bits=2, m=4, int8_activations=True),
+             "avx512"),
+        Case("uniform_cuda_b4", u(k=1024, n=1024), "cuda"),
+        Case("uniform_cuda_b4_gcol_m2", u(k=512, n=128, group_size=-1, m=2), "cuda"),
+        Case("uniform_cuda_b3_bf16_m16", u(k=1024, n=1024, bits=3, m=16, dtype="bfloat16"),
+             "cuda"),
+        Case("uniform_cuda_int8_gemv", u(k=4096, n=4096, int8_activations=True), "cuda"),
+        Case("uniform_cuda_int8_gemv_b3", u(k=4096, n=4096, bits=3, int8_activations=True),
+             "cuda"),
+        Case("uniform_cuda_int8_mma", u(k=1024, n=1024, m=16, int8_activations=True), "cuda"),
+        Case("uniform_cuda_int8_mma_b2_m4", u(k=1024, n=1024, bits=2, m=4,
+                                              int8_activations=True), "cuda"),
+        Case("uniform_cuda_int8_dp4a", u(k=1024, n=1000, m=16, group_size=64,
+                                         int8_activations=True), "cuda"),
+        Case("bcq_cpu_mu4", b(k=256, n=256, mu=4), "avx2"),
+        Case("bcq_cpu_mu8_q2", b(k=512, n=256, q=2, mu=8), "avx2"),
+        Case("bcq_cuda_tables_mu4", b(k=1024, n=512, q=3, group_size=128, mu=4), "cuda"),
+        Case("bcq_cuda_tables_mu8_m2", b(k=1024, n=512, q=3, group_size=128, mu=8, m=2), "cuda"),
+        Case("bcq_cuda_rotated", b(k=1024, n=512, q=3, group_size=128, mu=8), "cuda"),
+        Case("mixed_cpu", x(k=1024, n=256), "avx2"),
+        Case("mixed_cpu_int8", x(k=1024, n=256, int8_activations=True), "avx2"),
+        Case("mixed_cuda", x(k=1024, n=256), "cuda"),
+        Case("mixed_cuda_int8", x(k=1024, n=256, int8_activations=True), "cuda"),
+    ]
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def design_space_text(case: Case) -> str:
+    """The case's design space: every sketch's trace with its decisions at seed 1."""
+    from qcompile import _tvm
+    from qcompile.kernels import family_of
+    from schedules import get_design_space
+
+    import targets
+
+    kind = targets.get(case.preset).kind
+    mod = _tvm.normalize_mod(family_of(case.spec).compute_for(case.spec, kind))
+    sketches = get_design_space(case.spec, kind)(_tvm.Schedule(mod, seed=1), case.spec,
+                                                  case.hardware())
+    return "\n\n".join(f"# {case.name} sketch {i}\n{s.trace}" for i, s in enumerate(sketches)) \
+        + "\n"
+
+
+def heuristic_texts(case: Case) -> tuple[str, str]:
+    """(scheduled TensorIR, generated code) of the case's heuristic point."""
+    from qcompile import _tvm
+    from qcompile.kernels import family_of
+    from schedules import untuned_schedule
+
+    import targets
+
+    preset = targets.get(case.preset)
+    hw = case.hardware()
+    mod = _tvm.normalize_mod(family_of(case.spec).compute_for(case.spec, preset.kind))
+    sch = untuned_schedule(_tvm.Schedule(mod, seed=1), case.spec, preset.kind, hw)
+    lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))
+    if preset.kind == "cuda":
+        code = "\n".join(m.inspect_source() for m in lib.mod.imports if m.kind == "cuda")
+    else:
+        code = lib.mod.inspect_source("asm")
+    return sch.mod.script(), code
+
+
+def snapshot(selected: list[Case] | None = None) -> dict[str, dict[str, str]]:
+    """Case name -> {"space", "tir", "code"}: sha256 of each text."""
+    out = {}
+    for case in selected or cases():
+        tir, code = heuristic_texts(case)
+        out[case.name] = {"space": _digest(design_space_text(case)), "tir": _digest(tir),
+                          "code": _digest(code)}
+    return out
