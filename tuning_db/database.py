@@ -249,16 +249,16 @@ class SqlDatabase(ms.database.PyDatabase):
         """Records (every status, this TVM series) of ``mod`` over every layer whose traces pass
         the trace check: the trials already spent (a flood of refused records buys nothing)."""
         spec = spec_of(mod)
-        total = 0
+        counted: set[str] = set()  # a record copied into another layer counts once
         for layer in range(len(self.readers)):
             info = self._found_in(layer, mod, target)
             if info is None:
                 continue
-            total += sum(1 for record in self.readers[layer].records(info.id)
-                         if (record.tvm_version == self.tvm_series
-                             or record.tvm_version.startswith(f"{self.tvm_series}."))
-                         and self._trusted(layer, record, spec, target))
-        return total
+            counted.update(record.digest for record in self.readers[layer].records(info.id)
+                           if (record.tvm_version == self.tvm_series
+                               or record.tvm_version.startswith(f"{self.tvm_series}."))
+                           and self._trusted(layer, record, spec, target))
+        return len(counted)
 
     def _to_tuning_record(self, record: RecordInfo, workload: Workload) -> TuningRecord:
         trace = json.loads(record.trace_json)

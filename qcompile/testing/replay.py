@@ -88,11 +88,10 @@ def _digest(text: str) -> str:
 
 def design_space_text(case: Case) -> str:
     """The case's design space: every sketch's trace with its decisions at seed 1."""
+    import targets
     from qcompile import _tvm
     from qcompile.kernels import family_of
     from schedules import get_design_space
-
-    import targets
 
     kind = targets.get(case.preset).kind
     mod = _tvm.normalize_mod(family_of(case.spec).compute_for(case.spec, kind))
@@ -104,11 +103,10 @@ def design_space_text(case: Case) -> str:
 
 def heuristic_texts(case: Case) -> tuple[str, str]:
     """(scheduled TensorIR, generated code) of the case's heuristic point."""
+    import targets
     from qcompile import _tvm
     from qcompile.kernels import family_of
     from schedules import untuned_schedule
-
-    import targets
 
     preset = targets.get(case.preset)
     hw = case.hardware()

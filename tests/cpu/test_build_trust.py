@@ -47,7 +47,8 @@ def _forge(storage, preset, claimed_secs):
                            args_info_json=json.dumps(args_info),
                            target_json=workload.target_json,
                            provenance=Provenance(host="build-farm", user="mallory",
-                                                 device_model="AMD EPYC"), origin="tune")
+                                                 device_model="AMD EPYC",
+                                                 tvm_version=_tvm.TVM_VERSION), origin="tune")
         return digest
     raise AssertionError("every tile was tuned already")
 
