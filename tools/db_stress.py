@@ -29,8 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def _schema_url(base: str) -> tuple[str, str]:
     from sqlalchemy import create_engine, text
 
+    from tuning_db.url import resolve_url
+
     schema = f"qc_stress_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    engine = create_engine(base)
+    engine = create_engine(resolve_url(base))
     with engine.begin() as conn:
         conn.execute(text(f'CREATE SCHEMA "{schema}"'))
     engine.dispose()
@@ -41,7 +43,9 @@ def _schema_url(base: str) -> tuple[str, str]:
 def _drop_schema(base: str, schema: str) -> None:
     from sqlalchemy import create_engine, text
 
-    engine = create_engine(base)
+    from tuning_db.url import resolve_url
+
+    engine = create_engine(resolve_url(base))
     with engine.begin() as conn:
         conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
     engine.dispose()
