@@ -46,7 +46,8 @@ demo: $(BASE)
 	$(ACTIVATE) && python docs/examples/first_kernel.py
 
 test: $(TEST)
-	$(ACTIVATE) && ruff check .
+	@# kernels/ is where make demo builds: its .tir.py files are TVMScript output, not source.
+	$(ACTIVATE) && ruff check --extend-exclude kernels .
 	@# The import contract (import-linter's lint-imports) runs once the package configures one
 	@# ([importlinter] in setup.cfg or .importlinter, [tool.importlinter] in pyproject.toml);
 	@# until then it is skipped with a line. Once configured, a missing lint-imports fails here.
