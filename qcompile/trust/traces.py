@@ -55,7 +55,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import targets
 from qcompile.errors import QCompileError, RecordRefused, SpecError
+from qcompile.kernels import family_of, spec_from_dict
+from targets.hardware import CpuHardware
 
 #: Seed of the schedules the policy is derived from (their decisions do not matter, only what
 #: the spaces emit).
@@ -251,8 +254,6 @@ def check_record_trace(trace: str | list, spec, target_kind, *, digest: str) -> 
             raise RecordRefused(f"record {short}: trace is not JSON ({error})") from None
     try:
         if isinstance(spec, Mapping):
-            from qcompile.kernels import spec_from_dict
-
             spec = spec_from_dict(dict(spec))
         policy = policy_for(spec, target_kind)
     except (QCompileError, ValueError, TypeError) as error:
@@ -283,8 +284,6 @@ def hardware_models(target_kind: str) -> list:
     caches and cores gave the spaces other numbers, still passes. CUDA: every CUDA preset's GPU
     model (fixed per preset).
     """
-    import targets
-    from targets.hardware import CpuHardware
 
     presets = [p for p in targets.PRESETS.values() if p.kind == target_kind]
     models = [p.hardware() for p in presets]
@@ -308,7 +307,6 @@ def _derive(spec, target_kind: str) -> TracePolicy:
     """Run ``spec``'s design spaces on its compute for every hardware model and collect what
     their traces hold."""
     from qcompile import _tvm
-    from qcompile.kernels import family_of
     from schedules import get_design_space
     from tuning_db.database import _plain_json
 
