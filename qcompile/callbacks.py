@@ -80,7 +80,10 @@ class ShowProgress(ms.measure_callback.PyMeasureCallback):
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
         self.batches += 1
-        self.progress.set_phase(f"searching (batch {self.batches + 1})")
+        if self.progress.measured < self.progress.total:
+            self.progress.set_phase(f"searching (batch {self.batches + 1})")
+        else:
+            self.progress.set_phase("finishing")
 
 
 @derived_object

@@ -129,8 +129,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from qcompile.progress import TuneProgress  # tqdm: only a tuning run pays for it
 
     with TuneProgress(args.trials, f"{spec.name()} @{preset.name}", started=STARTED,
-                      enabled=not args.quiet) as progress:
-        progress.set_phase("starting TVM")
+                      enabled=not args.quiet, phase="starting TVM") as progress:
         from qcompile.tune import tune  # loads TVM (seconds): the bar shows it
 
         summary = tune(spec, preset, trials=args.trials, layers=layers, seed=args.seed,
@@ -156,8 +155,7 @@ def tune_checkpoint(args: argparse.Namespace) -> int:
         shared = names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
         print(f"[{index}/{len(specs)}] {spec.name()}: {shared}", flush=True)
         with TuneProgress(args.trials, f"{spec.name()} @{preset.name}", started=started,
-                          enabled=not args.quiet) as progress:
-            progress.set_phase("starting TVM")
+                          enabled=not args.quiet, phase="starting TVM") as progress:
             from qcompile.tune import tune  # loads TVM once (seconds): the bar shows it
 
             summary = tune(spec, preset, trials=args.trials, layers=db_layers, seed=args.seed,

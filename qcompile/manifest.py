@@ -272,7 +272,6 @@ def _parse(path: Path) -> Any:
 def _check_spec(data: Any):
     """The spec object -> a KernelSpec, through the spec classes' own validation (the one the
     command line's flags go through), after checking each field's JSON type."""
-
     data = _object(data, "spec")
     family = _match(data.get("family"), _IDENT, "spec.family", "a family name")
     if family not in FAMILIES:
@@ -331,7 +330,6 @@ def _check_common_keys(tvm: dict, where: str, checked: set[str]) -> None:
 
 def _check_target(data: Any, requires: Any) -> tuple[Any, tuple[str, ...], str | None]:
     """The target and requires objects -> (preset, needed CPU flags, CUDA arch)."""
-
     target = _object(data, "target")
     name = _match(target.get("preset"), _IDENT, "target.preset", "a target preset name")
     try:
@@ -498,7 +496,6 @@ def requires_of(tvm_target: dict) -> dict[str, Any]:
     dict
         ``{"cpu_flags": [...], "cuda_arch": "sm_90" or None}``.
     """
-
     cuda = tvm_target.get("kind") == "cuda"
     return {"cpu_flags": list(target_cpu_flags(tvm_target)),
             "cuda_arch": tvm_target.get("arch") if cuda else None}

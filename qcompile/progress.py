@@ -38,27 +38,30 @@ class TuneProgress:
         Default stderr.
     enabled : bool
         False: nothing is drawn, the counts are still kept.
+    phase : str
+        What the run does first.
     """
 
     def __init__(self, total: int, label: str, *, started: float | None = None, stream=None,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, phase: str = "starting") -> None:
         self.started = time.monotonic() if started is None else started
         self.total = max(1, total)
         self.label = label
         self.measured = 0
         self.failed = 0
         self.best_us: float | None = None
-        self.phase = "starting"
+        self.phase = phase
         self._lock = threading.Lock()
         self._closed = False
         stream = stream or sys.stderr
         self._bar = None
         if enabled:
             tty = getattr(stream, "isatty", lambda: False)()
+            # delay: the first line is drawn below, once the clock and the phase are set.
             self._bar = tqdm(total=self.total, desc=label, unit="trial", file=stream,
-                             dynamic_ncols=True, mininterval=0.5 if tty else 5.0,
+                             dynamic_ncols=True, mininterval=0.5 if tty else 5.0, delay=1e-6,
                              bar_format="{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt} "
-                                        "trials [{elapsed}] {postfix}")
+                                        "trials [{elapsed}{postfix}]")
             # Count from the run's start, not the bar's: start-up is part of the wait.
             self._bar.start_t = self._bar.last_print_t = time.time() - (
                 time.monotonic() - self.started)
@@ -120,7 +123,7 @@ class TuneProgress:
     def _tick(self) -> None:
         while not self._stop.wait(REFRESH_S):
             with self._lock:
-                if self._closed:
+                if self._closed or self._bar is None:
                     return
                 self._bar.refresh()
 

@@ -158,7 +158,6 @@ def load_kernel(path: str | Path) -> Kernel:
 
 def _check_host(so_path: Path, manifest: Manifest) -> None:
     """Refuse (LoadError) when this host lacks a CPU flag or the GPU the library needs."""
-
     preset = manifest.target_preset
     needed = manifest.cpu_flags
     missing, cpu = isa.missing_flags(needed)

@@ -62,7 +62,6 @@ def current_revision(connection: Connection) -> str | None:
 def upgrade_command(display_url: str) -> str:
     """The command that upgrades the database at ``display_url`` (a redacted URL: when it hides
     a secret, the command says which URL to pass instead of showing ``***`` as if runnable)."""
-
     return f"qcompile db upgrade {db_option(display_url)}"
 
 

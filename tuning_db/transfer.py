@@ -112,7 +112,6 @@ def export_jsonl(storage: Storage, path: str | Path, *, name: str | None = None)
     """Write the workloads (whose name contains ``name``), their records and measurements to
     ``path`` (written whole, then renamed into place). Origins leave with a URL's secrets
     removed, whatever an older database holds."""
-
     count = TransferCount()
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")

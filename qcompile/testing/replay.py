@@ -46,7 +46,6 @@ class Case:
 
 def cases() -> list[Case]:
     """Specs that reach every variant (family x target class x compute), a few each."""
-
     u, b, x = UniformSpec, BcqSpec, MixedSpec
     return [
         Case("uniform_cpu_b4", u(k=512, n=256), "avx2"),

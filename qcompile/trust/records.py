@@ -199,7 +199,6 @@ class RecordChecker:
 
     def _target(self, target: object, what: str) -> tuple[object, str]:
         """(preset, canonical JSON) of a target dict, which must be one our presets give."""
-
         if not isinstance(target, dict):
             raise _refuse(what, f"target must be a JSON object; got {_short(target)}")
         text = targets.canonical_json(target)
@@ -228,7 +227,6 @@ class RecordChecker:
 
     def workload(self, line: dict, what: str) -> CheckedWorkload:
         """The workload of a ``"type": "workload"`` line, rebuilt and checked."""
-
         spec_data = _json(line, "spec_json", what)
         if not isinstance(spec_data, dict):
             raise _refuse(what, "spec_json must be a JSON object")
@@ -274,7 +272,6 @@ class RecordChecker:
 
     def record(self, line: dict, workload: CheckedWorkload, origin: str, what: str) -> dict:
         """The ``tuning_records`` values of a ``"type": "record"`` line of ``workload``."""
-
         status = line.get("status")
         if status not in STATUSES:
             raise _refuse(what, f"status must be one of {', '.join(STATUSES)}; "

@@ -39,9 +39,10 @@ they emit is collected. A trace may then hold only:
 Anything else raises :class:`~qcompile.errors.RecordRefused` naming the record (first 12 hex
 digits of its digest), the instruction (index and kind, the key of an annotation) and the rule.
 
-Callers: ``SqlDatabase.commit_measurement`` (a trace our tuner produced: a refusal is our bug),
-``SqlDatabase.ranked`` (a refused record is skipped with one warning), ``build.scheduled_module``
-(before replaying), and import/merge, through :func:`check_record_trace`.
+Callers: the tuning database's view of a spec (:mod:`qcompile.trust.workloads` hands
+``SqlDatabase`` the check): ``commit_measurement`` (a trace our tuner produced: a refusal is our
+bug), ``ranked`` (a refused record is skipped with one warning), ``replay`` (before replaying,
+for build and re-measurement); and import/merge, through :func:`check_record_trace`.
 """
 
 from __future__ import annotations
@@ -284,7 +285,6 @@ def hardware_models(target_kind: str) -> list:
     caches and cores gave the spaces other numbers, still passes. CUDA: every CUDA preset's GPU
     model (fixed per preset).
     """
-
     presets = [p for p in targets.PRESETS.values() if p.kind == target_kind]
     models = [p.hardware() for p in presets]
     if target_kind == "cpu":
