@@ -63,9 +63,8 @@ class TuneProgress:
                              bar_format="{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt} "
                                         "trials [{elapsed}{postfix}]")
             # Count from the run's start, not the bar's: start-up is part of the wait.
-            self._bar.start_t = self._bar.last_print_t = time.time() - (
-                time.monotonic() - self.started)
-            self._bar.set_postfix_str(self._postfix(), refresh=True)
+            self._bar.start_t = time.time() - (time.monotonic() - self.started)
+            self._draw()
             self._stop = threading.Event()
             if tty:  # keep the clock moving through long silent phases
                 threading.Thread(target=self._tick, daemon=True,
@@ -94,7 +93,7 @@ class TuneProgress:
             else:
                 self.best_us = mean_us if self.best_us is None else min(self.best_us, mean_us)
             if self._bar is not None and self._bar.n < self.total:
-                self._bar.update(1)
+                self._bar.n += 1  # drawn once, with the new best, just below
             self._draw()
 
     def close(self, phase: str = "done") -> None:
@@ -119,6 +118,7 @@ class TuneProgress:
     def _draw(self) -> None:
         if self._bar is not None and not self._closed:
             self._bar.set_postfix_str(self._postfix(), refresh=True)
+            self._bar.last_print_t = time.time()  # drawn: close() draws the final state too
 
     def _tick(self) -> None:
         while not self._stop.wait(REFRESH_S):

@@ -161,6 +161,6 @@ def _prefixes(module: str) -> list[str]:
 
 @pytest.mark.parametrize("module", ["qcompile.cli", "qcompile.cli_args", "qcompile.cli_db",
                                     "tuning_db", "targets", "qcompile.kernel_cache",
-                                    "qcompile.measure"])
+                                    "qcompile.measure", "qcompile.progress"])
 def test_light_modules_load_no_tvm(module):
     assert module not in _loads_tvm(_modules())
