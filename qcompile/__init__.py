@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from qcompile._version import __version__
 
 if TYPE_CHECKING:
     from qcompile.runtime import Kernel
@@ -40,7 +40,7 @@ def load(path: str) -> Kernel:
         copies; they cannot make a library from someone you do not trust safe to load
         (:func:`qcompile.runtime.load_kernel`).
     """
-    from qcompile.runtime import load_kernel
+    from qcompile.runtime import load_kernel  # here: keeps ``import qcompile`` to milliseconds
 
     return load_kernel(path)
 

@@ -1,6 +1,7 @@
-"""The one place that imports TVM. Everything else in qcompile, schedules/, targets/ and
-tuning_db/ takes TVM names from here, so that a TVM upgrade (0.27 moved tir -> tirx, s_tir,
-sblock, dict targets) touches one file.
+"""The one door to TVM. Everything else in qcompile, schedules/, targets/ and tuning_db/ takes
+TVM names from here (the import contract in .importlinter forbids ``tvm`` and ``tvm_ffi``
+anywhere else), so that a TVM upgrade (0.27 moved tir -> tirx, s_tir, sblock, dict targets)
+touches one file. It sits on the bottom floor (docs/architecture.md) and imports nothing of ours.
 
 Importing this module costs seconds (TVM, and torch through tvm_ffi); import it inside
 functions from modules that must stay light.
@@ -12,26 +13,46 @@ import json
 import logging
 import os
 
-from targets.host import usable_cores
+
+def _usable_cores() -> int:
+    """Cores this process may run on (its affinity mask), at least 1 (as
+    ``targets.host.usable_cores``, which sits above this floor)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
 
 # TVM 0.27 sizes its CPU thread pool at half the hardware threads on x86 (it assumes two per
 # core): a 2-vCPU machine gets one thread, and every `parallel` loop runs on one core. Unless the
 # user chose a number, use every core this process may run on. The pool reads the variable when
 # it first starts, and MetaSchedule's runner processes inherit it.
-os.environ.setdefault("TVM_NUM_THREADS", str(usable_cores()))
+os.environ.setdefault("TVM_NUM_THREADS", str(_usable_cores()))
 
 import tvm
 import tvm_ffi
 from tvm import tirx
+from tvm.ir import save_json
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule import _ffi_api as ms_ffi
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
+from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tvm.script import tirx as T
 from tvm.target import Target
+from tvm.tirx.expr import FloatImm, IntImm
+from tvm.tirx.function import IndexMap
+from tvm_ffi import Array, Map
 
 __all__ = [
+    "Array",
+    "FloatImm",
+    "IndexMap",
+    "IntImm",
+    "Map",
+    "RemoveWeightLayoutRewriteBlock",
     "T",
     "Schedule",
     "Target",
@@ -40,8 +61,10 @@ __all__ = [
     "Workload",
     "derived_object",
     "ms",
+    "ms_ffi",
     "normalize_mod",
     "quiet_meta_schedule",
+    "save_json",
     "structural_hash",
     "target_dict",
     "tirx",

@@ -9,13 +9,12 @@ in the database is the truth, and rebuilding gives the same kernel.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import qcompile
 from qcompile import _tvm
+from qcompile._version import __version__
 from qcompile.errors import NoRecordError
 from qcompile.kernels import family_of
 from qcompile.kernels.base import KernelSpec
@@ -30,10 +29,10 @@ from qcompile.measure import (
 )
 from qcompile.trust.choice import DEFAULT_TOP, Candidate, believe, choose, store_measurement
 from qcompile.trust.seals import Sealer
-from qcompile.trust.traces import check_record_trace, target_kind_of
+from qcompile.trust.workloads import workload_database
+from schedules import untuned_schedule
 from targets.isa import require_build_host
 from tuning_db import Storage
-from tuning_db.database import SqlDatabase, spec_of
 from tuning_db.layers import Layers
 from tuning_db.models import PURPOSE_VERIFY
 from tuning_db.url import redact
@@ -50,27 +49,6 @@ class BuildResult:
     source: str = ""
     #: How ``tuned_us`` is known, in one line (qcompile.trust.choice).
     how: str = ""
-
-
-def scheduled_module(mod, record, target) -> _tvm.tvm.IRModule:
-    """Workload ``mod`` with the trace of database ``record`` replayed on it.
-
-    Raises
-    ------
-    RecordRefused
-        The trace holds something our design spaces for ``mod``'s spec on ``target`` never emit
-        (qcompile.trust.traces): it is not replayed.
-    """
-    check_record_trace(record.trace_json, spec_of(mod), target_kind_of(target),
-                       digest=record.digest)
-    tuning_record = _tvm.TuningRecord.from_json(
-        [json.loads(record.trace_json), None, _tvm.target_dict(target),
-         json.loads(record.args_info_json)],
-        _tvm.Workload(mod),
-    )
-    sch = _tvm.Schedule(mod)
-    tuning_record.trace.apply_to_schedule(sch, remove_postproc=False)
-    return sch.mod
 
 
 def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | None = None,
@@ -110,7 +88,7 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
     target = _tvm.Target(preset.tvm_target(hw))
     family = family_of(spec)
     mod = _tvm.normalize_mod(family.compute_for(spec, preset.kind))
-    database = SqlDatabase(layers.writer, target, readers=layers.readers)
+    database = workload_database(layers.writer, spec, target, readers=layers.readers)
     found = database.candidates(mod, top)
     if not found:
         refused = ""
@@ -138,7 +116,7 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
     def measure(timed: list[Candidate]) -> list[Measured]:
         database.register(mod)  # the writer's workload row from our own compute, not a copy
         meter = LoadMeter()
-        results = measure_modules([scheduled_module(mod, c.record, target) for c in timed],
+        results = measure_modules([database.replay(mod, c.record) for c in timed],
                                   target, policy or MeasurePolicy(
                                       build_workers=getattr(hw, "cores", None) or 2),
                                   family.measure_arguments(spec))
@@ -153,7 +131,7 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
     choice = choose(candidates, label=f"{spec.name()} on {preset.name}",
                     measure=measure if runs_here else None, cannot_measure_because=why_not)
     workload, record = choice.workload, choice.record
-    scheduled = scheduled_module(mod, record, target)
+    scheduled = database.replay(mod, record)
     so_path, manifest = export(spec, preset, target, scheduled, out_dir, {
         "id": record.id, "digest": record.digest, "mean_us": choice.mean_us,
         "claimed_us": record.mean_us, "how": choice.how,
@@ -175,8 +153,6 @@ def build_untuned(spec: KernelSpec, preset, out_dir: str | Path, *, hw=None,
     Its speed is whatever those decisions give; the manifest says ``"untuned": true``.
     ``for_another_host`` as for :func:`build`.
     """
-    from schedules import untuned_schedule
-
     require_build_host(preset, for_another_host)
     hw = hw or preset.hardware()
     target = _tvm.Target(preset.tvm_target(hw))
@@ -213,7 +189,7 @@ def export(spec: KernelSpec, preset, target, scheduled, out_dir: str | Path,
         "requires": requires_of(_tvm.target_dict(target)),
         "record": record,
         "layout": layout,
-        "versions": {"qcompile": qcompile.__version__, "tvm": _tvm.TVM_VERSION,
+        "versions": {"qcompile": __version__, "tvm": _tvm.TVM_VERSION,
                      "tvm_ffi": _tvm.TVM_FFI_VERSION},
         "files": {"so": so_path.name, "tir": f"{name}.tir.py", "generated": generated},
         "sha256": sha256_of(so_path),

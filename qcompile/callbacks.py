@@ -1,12 +1,13 @@
-"""MetaSchedule measure callbacks: store every candidate with its status, and show progress."""
+"""MetaSchedule hooks: store every candidate with its status, and show progress as it goes."""
 
 from __future__ import annotations
 
-import sys
-import time
-
 from qcompile._tvm import TuningRecord, derived_object, ms
+from qcompile.machine_load import LoadMeter
 from tuning_db.models import STATUS_BUILD_ERROR, STATUS_OK, STATUS_RUN_ERROR
+
+#: MetaSchedule's run time of a failed candidate (seconds).
+_FAILED_RUN_SECS = 1e9
 
 
 def _first_line(text: str | None, limit: int = 500) -> str:
@@ -24,8 +25,6 @@ class RecordMeasurements(ms.measure_callback.PyMeasureCallback):
 
     def __init__(self, database) -> None:
         super().__init__()
-        from qcompile.machine_load import LoadMeter
-
         self.database = database
         self.stored = 0
         self.measured = 0
@@ -69,32 +68,61 @@ class RecordMeasurements(ms.measure_callback.PyMeasureCallback):
 
 
 @derived_object
-class ProgressBar(ms.measure_callback.PyMeasureCallback):
-    """A one-line progress bar on stderr: trials measured, best latency so far, failures."""
+class ShowProgress(ms.measure_callback.PyMeasureCallback):
+    """After each batch is stored, tell the progress (:class:`qcompile.progress.TuneProgress`)
+    that the next search begins."""
 
-    def __init__(self, total: int, recorder: RecordMeasurements, label: str, stream=None) -> None:
+    def __init__(self, progress) -> None:
         super().__init__()
-        self.total = max(1, total)
-        self.recorder = recorder
-        self.label = label
-        self.stream = stream or sys.stderr
-        self.started = time.monotonic()
-        self.tty = self.stream.isatty()
+        self.progress = progress
+        self.batches = 0
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
-        self.draw()
-
-    def draw(self, final: bool = False) -> None:
-        done = min(self.recorder.measured, self.total)
-        width = 24
-        filled = width * done // self.total
-        best = f"{self.recorder.best_us:9.1f} us" if self.recorder.best_us else "      -    "
-        line = (f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {done:4d}/{self.total} "
-                f"trials  best {best}  failed {self.recorder.failed}  "
-                f"{time.monotonic() - self.started:5.0f}s")
-        if self.tty:
-            self.stream.write("\r" + line + ("\n" if final else ""))
+        self.batches += 1
+        if self.progress.measured < self.progress.total:
+            self.progress.set_phase(f"searching (batch {self.batches + 1})")
         else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+            self.progress.set_phase("finishing")
+
+
+@derived_object
+class ProgressBuilder(ms.builder.PyBuilder):
+    """``builder``, saying when a batch is built and counting the candidates that fail to
+    build (they are never run)."""
+
+    def __init__(self, builder, progress) -> None:
+        super().__init__()
+        self.builder = builder
+        self.progress = progress
+
+    def build(self, build_inputs):
+        self.progress.set_phase(f"building {len(build_inputs)} candidates")
+        results = self.builder.build(build_inputs)
+        for result in results:
+            if result.error_msg:
+                self.progress.candidate(None)
+        return results
+
+
+@derived_object
+class ProgressRunner(ms.runner.PyRunner):
+    """``runner`` (MetaSchedule's LocalRunner times one candidate after another), one candidate
+    at a time, so that each measured candidate shows as it is done."""
+
+    def __init__(self, runner, progress) -> None:
+        super().__init__()
+        self.runner = runner
+        self.progress = progress
+
+    def run(self, runner_inputs):
+        futures = []
+        for index, runner_input in enumerate(runner_inputs, 1):
+            self.progress.set_phase(f"measuring {index}/{len(runner_inputs)}")
+            (future,) = self.runner.run([runner_input])
+            result = future.result()
+            secs = [float(s) for s in result.run_secs or []]
+            ok = not result.error_msg and secs and max(secs) < _FAILED_RUN_SECS
+            self.progress.candidate(sum(secs) / len(secs) * 1e6 if ok else None)
+            futures.append(future)
+        return futures

@@ -13,6 +13,10 @@ it first, then the local one; --db-readonly writes new records to the local one 
 Spec flags: --family (uniform), --bits (4), --group-size (128; -1 = whole column),
 --shape KxN (4096x4096), --batch M (1), --dtype (float32); mixed: --g1, --g2, --g4,
 --four-bit-share, --outlier-share.
+
+Light: every argument is checked before TVM loads (seconds), so the commands import the
+modules that load it (tune, build) inside their functions, and tqdm (a tenth of a second) only
+when a tuning run starts.
 """
 
 from __future__ import annotations
@@ -21,8 +25,12 @@ import argparse
 import json
 import re
 import sys
+import time
+
+import numpy as np
 
 import targets
+from qcompile import gptq
 from qcompile.cli_args import (
     OneLineParser,
     add_debug_flag,
@@ -32,12 +40,21 @@ from qcompile.cli_args import (
     positive_int,
     run_command,
 )
-from qcompile.cli_db import add_db_argument, add_db_commands, add_layer_arguments
+from qcompile.cli_db import add_db_argument, add_db_commands, add_layer_arguments, open_layers
+from qcompile.errors import FormatError, SpecError, UsageError
 from qcompile.kernels import FAMILIES, get_family
 from qcompile.kernels.base import KernelSpec
+from targets.isa import require_build_host, require_tune_host
 
 DEFAULT_SHAPE = "4096x4096"
 DEFAULT_TRIALS = 64
+
+#: ``qcompile --help``'s description (plain text: argparse prints it as it is).
+DESCRIPTION = ("Tune, build and load quantized LLM kernels: an autotuning compiler built on "
+               "Apache TVM, with a tuning database a team can share.")
+
+#: When this command started (``time.monotonic()``): the tuning summary's time counts from here.
+STARTED = time.monotonic()
 
 
 def parse_shape(text: str) -> tuple[int, int]:
@@ -67,18 +84,6 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 def spec_from_args(args: argparse.Namespace) -> KernelSpec:
     k, n = args.shape
     return get_family(args.family).spec_from_cli(args, k=k, n=n)
-
-
-def _storage(args):
-    from tuning_db import Storage
-
-    return Storage(args.db)
-
-
-def _layers(args):
-    from qcompile.cli_db import open_layers
-
-    return open_layers(args)
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
@@ -115,55 +120,59 @@ def _hardware_line(hw: dict) -> str:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from targets.isa import require_tune_host
-
     require_tune_host(targets.get(args.target))  # refused before TVM loads
     if args.from_gptq:
         return tune_checkpoint(args)
     spec = spec_from_args(args)  # every rule of the spec, before TVM loads (seconds)
     preset = targets.get(args.target)
-    layers = _layers(args)
-    from qcompile.tune import tune
+    layers = open_layers(args)
+    from qcompile.progress import TuneProgress  # tqdm: only a tuning run pays for it
 
-    summary = tune(spec, preset, trials=args.trials, layers=layers, seed=args.seed,
-                   progress=not args.quiet, force=args.force)
+    with TuneProgress(args.trials, f"{spec.name()} @{preset.name}", started=STARTED,
+                      enabled=not args.quiet, phase="starting TVM") as progress:
+        from qcompile.tune import tune  # loads TVM (seconds): the bar shows it
+
+        summary = tune(spec, preset, trials=args.trials, layers=layers, seed=args.seed,
+                       progress=progress, force=args.force)
     print("\n".join(summary.lines()))
     return 0 if summary.best_us is not None else 1
 
 
 def tune_checkpoint(args: argparse.Namespace) -> int:
     """``qcompile tune --from-gptq DIR``: every distinct layer shape of a checkpoint, once."""
-    from qcompile.gptq import distinct_specs, load
+    from qcompile.progress import TuneProgress  # tqdm: only a tuning run pays for it
 
     preset = targets.get(args.target)
-    db_layers = _layers(args)
-    layers = load(args.from_gptq)
-    specs = distinct_specs(layers, m=args.batch, dtype=args.dtype,
+    db_layers = open_layers(args)
+    layers = gptq.load(args.from_gptq)
+    specs = gptq.distinct_specs(layers, m=args.batch, dtype=args.dtype,
                            int8_activations=getattr(args, "int8_activations", False))
-    from qcompile.tune import tune
-
     print(f"{args.from_gptq}: {len(layers)} GPTQ layers, {len(specs)} distinct kernel specs "
-          f"(M={args.batch}, {args.dtype})")
+          f"(M={args.batch}, {args.dtype})", flush=True)
     failed = 0
+    started = STARTED  # the first run's time counts TVM's start-up
     for index, (spec, names) in enumerate(specs, 1):
         shared = names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
-        print(f"[{index}/{len(specs)}] {spec.name()}: {shared}")
-        summary = tune(spec, preset, trials=args.trials, layers=db_layers, seed=args.seed,
-                       progress=not args.quiet, force=args.force)
+        print(f"[{index}/{len(specs)}] {spec.name()}: {shared}", flush=True)
+        with TuneProgress(args.trials, f"{spec.name()} @{preset.name}", started=started,
+                          enabled=not args.quiet, phase="starting TVM") as progress:
+            from qcompile.tune import tune  # loads TVM once (seconds): the bar shows it
+
+            summary = tune(spec, preset, trials=args.trials, layers=db_layers, seed=args.seed,
+                           progress=progress, force=args.force)
+        started = None
         print("\n".join(summary.lines()))
         failed += summary.best_us is None
     return 1 if failed else 0
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from targets.isa import require_build_host
-
     spec = spec_from_args(args)
     preset = targets.get(args.target)
     require_build_host(preset, args.for_another_host)  # before TVM loads
     check_output_dir(args.out)
-    layers = _layers(args)
-    from qcompile.build import build
+    layers = open_layers(args)
+    from qcompile.build import build  # loads TVM (seconds)
 
     result = build(spec, preset, args.out, layers=layers, for_another_host=args.for_another_host)
     print(f"built {result.so_path} from record {result.record_id}: {result.how}; "
@@ -175,10 +184,6 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_quantize(args: argparse.Namespace) -> int:
     """``qcompile quantize``: float weights + calibration data -> the family's arrays (.npz)."""
-    import numpy as np
-
-    from qcompile.errors import SpecError, UsageError
-
     spec = spec_from_args(args)
     family = get_family(spec.family)
     if not hasattr(family, "quantize"):
@@ -203,10 +208,6 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 def _load_npy(path: str, flag: str):
     """A .npy array (never a pickle); an unreadable file is a FormatError naming the flag."""
-    import numpy as np
-
-    from qcompile.errors import FormatError
-
     try:
         array = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as error:
@@ -219,7 +220,7 @@ def _load_npy(path: str, flag: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="qcompile", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="qcompile", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("targets", help="list target presets and which this host supports")

@@ -6,6 +6,9 @@ with exit status 2 and no traceback: argparse's own errors (an unknown flag, ``-
 every :class:`~qcompile.errors.QCompileError`, and an operating-system error that names a file.
 Anything else is a bug in qcompile: one line saying so, exit status 1. ``--debug`` or
 ``QCOMPILE_DEBUG=1`` prints the traceback before that line. Ctrl-C exits with 130.
+
+Light: ``tuning_db`` (SQLAlchemy, most of a second) is imported only when an error is reported,
+so that ``--help`` and argument errors answer at once.
 """
 
 from __future__ import annotations

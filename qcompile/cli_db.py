@@ -13,6 +13,9 @@
 
 URLs are printed with their password and secret parameters masked, always
 (:func:`tuning_db.url.redact`).
+
+Light: ``tuning_db`` and ``qcompile.trust`` (SQLAlchemy, most of a second) are imported by the
+commands that use them, so that ``qcompile --help`` and argument errors answer at once.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import argparse
 import json
 from pathlib import Path
 
+import targets
 from qcompile.cli_args import check_output_dir, check_output_file, positive_int
 from qcompile.errors import DatabaseError
 
@@ -28,8 +32,9 @@ from qcompile.errors import DatabaseError
 DB_HELP = ("SQLAlchemy URL of the tuning database: sqlite:////path/tuning.sqlite (its directory "
            "must exist), postgresql://user@host/db, mysql://user@host/db or "
            "mariadb://user@host/db (written without a driver they use the psycopg2 and pymysql "
-           "drivers that ship with qcompile). Default: $QCOMPILE_DB, else tuning.sqlite in "
-           "$XDG_CACHE_HOME/qcompile (~/.cache/qcompile), whose directory is created")
+           "drivers that ship with qcompile). Default: $QCOMPILE_DB, else "
+           "$XDG_CACHE_HOME/qcompile/tuning.sqlite ($XDG_CACHE_HOME defaults to ~/.cache; the "
+           "directory is created)")
 
 
 def add_db_argument(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +46,8 @@ def add_layer_arguments(parser: argparse.ArgumentParser) -> None:
     """``--db-readonly`` (and ``--force`` for tune) beside a command's ``--db``."""
     parser.add_argument("--db-readonly", action="store_true",
                         help="open --db read-only: read records from it, write new ones to the "
-                             "local database (~/.cache/qcompile/tuning.sqlite)")
+                             "local database ($XDG_CACHE_HOME/qcompile/tuning.sqlite, "
+                             "$XDG_CACHE_HOME defaulting to ~/.cache)")
 
 
 def open_layers(args: argparse.Namespace):
@@ -58,6 +64,13 @@ def _storage(args, *, readonly: bool = False, check_schema: bool = True):
 
 
 def _target_label(target_json: str) -> str:
+    """The target as the user typed it: the preset, with a CPU target's cores
+    (``avx2 (2 cores)``)."""
+    return targets.preset_label(json.loads(target_json))
+
+
+def _tvm_label(target_json: str) -> str:
+    """The target as TVM names it (``llvm core-avx2 2c``, ``cuda sm_90``)."""
     target = json.loads(target_json)
     detail = target.get("mcpu") or target.get("arch") or ""
     cores = target.get("num-cores")
@@ -69,7 +82,8 @@ def _matches(summary, args) -> bool:
         return False
     if args.family and summary.family != args.family:
         return False
-    return not (args.target and args.target not in _target_label(summary.target_json))
+    return not (args.target and args.target not in _target_label(summary.target_json)
+                and args.target not in _tvm_label(summary.target_json))
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -100,10 +114,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if not summaries:
         print(f"no workloads in {storage.display_url}")
         return 0
-    print(f"{'workload':44s} {'target':28s} {'records':>8s} {'ok':>5s} {'best us':>10s}")
+    print(f"{'workload':44s} {'target':18s} {'records':>8s} {'ok':>5s} {'best us':>10s}")
     for s in summaries:
         best = f"{s.best_us:10.1f}" if s.best_us is not None else f"{'-':>10s}"
-        print(f"{s.name:44s} {_target_label(s.target_json):28s} {s.records:8d} "
+        print(f"{s.name:44s} {_target_label(s.target_json):18s} {s.records:8d} "
               f"{s.ok_records:5d} {best}")
     return 0
 
@@ -253,7 +267,8 @@ def add_db_commands(db_sub) -> None:
         parser.add_argument("--name", default=None, help="workload names containing this")
         parser.add_argument("--family", default=None, help="this kernel family only")
         parser.add_argument("--target", default=None,
-                            help="targets whose label contains this (e.g. core-avx2, sm_90)")
+                            help="targets whose preset or TVM name contains this (e.g. avx2, "
+                                 "core-avx2, sm_90)")
 
     p = db_sub.add_parser("info", help="backend, schema revision, counts, who tuned")
     add_db_argument(p)

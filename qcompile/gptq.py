@@ -28,7 +28,9 @@ import numpy as np
 from qcompile.errors import FormatError
 from qcompile.formats import bitpack
 from qcompile.formats.act_order import is_trivial
-from qcompile.formats.gptq import GptqTensors
+from qcompile.formats.gptq import GptqTensors, as_numpy
+from qcompile.kernels.uniform import UniformSpec
+from qcompile.kernels.uniform.spec import INT8_BITS
 
 #: checkpoint_format -> zero-point convention. Other GPTQ layouts (marlin, bitblas, the planar
 #: "gptq_p") repack the codes and are not read.
@@ -190,8 +192,6 @@ class GptqLayer:
         """The :class:`~qcompile.kernels.uniform.UniformSpec` that runs this layer on ``m``
         activation rows of ``dtype`` (``act_order=True``: the gather fused in the kernel;
         ``int8_activations=True``: the integer dot-product kernel, which takes float32 x)."""
-        from qcompile.kernels.uniform import UniformSpec
-
         if int8_activations:
             dtype = "float32"
         return UniformSpec(k=self.in_features, n=self.out_features, bits=self.bits,
@@ -210,8 +210,6 @@ class GptqLayer:
 
     def reference(self, x) -> np.ndarray:
         """float64 ``x @ W + bias`` for x [..., K] (any float dtype, torch or numpy)."""
-        from qcompile.formats.gptq import as_numpy
-
         y = np.asarray(as_numpy("x", x), dtype=np.float64) @ self.dequantize().astype(np.float64)
         return y + self.bias if self.bias is not None else y
 
@@ -222,8 +220,6 @@ def distinct_specs(layers: dict[str, GptqLayer], m: int = 1, dtype: str = "float
     layers that share it (act_order layers share the kernel of their shape: the gather is a
     separate step), in the order of their first layer. ``int8_activations``: the integer
     dot-product kernels (float32 x; 8-bit layers keep the float kernel)."""
-    from qcompile.kernels.uniform.spec import INT8_BITS
-
     specs: dict[Any, list[str]] = {}
     for name, layer in layers.items():
         int8 = int8_activations and layer.bits in INT8_BITS

@@ -15,6 +15,10 @@ What happens when a spec has no tuned record is the caller's explicit choice (``
 ``"tune"``
     tune it now (``tune_trials`` candidates, minutes for a large layer on a small machine),
     store the records, then build the best.
+
+Light: importing this module loads no TVM (``qcompile.nn`` builds layers before any kernel is
+needed); ``qcompile._tvm`` and the modules that load it (tune, build, the database's view)
+are imported inside the methods that resolve a kernel.
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ import threading
 import warnings
 from pathlib import Path
 
+import targets
 from qcompile.errors import NoRecordError, SpecError
+from qcompile.kernels import family_of
+from qcompile.runtime import load_kernel
+from tuning_db.storage import Storage, workload_digest
 from tuning_db.url import cache_dir, db_option
 
 ON_MISSING = ("error", "untuned", "tune")
@@ -50,9 +58,6 @@ class KernelCache:
 
     def __init__(self, target: str = "avx2", db: str | None = None, *,
                  on_missing: str = "error", tune_trials: int = 64) -> None:
-        import targets
-        from tuning_db import Storage
-
         if on_missing not in ON_MISSING:
             raise SpecError(f"on_missing must be one of {ON_MISSING}; got {on_missing!r}")
         self.preset = targets.get(target)
@@ -69,12 +74,11 @@ class KernelCache:
     def best_record(self, spec):
         """(workload, record) of the fastest successful record of ``spec``, or None."""
         from qcompile import _tvm
-        from qcompile.kernels import family_of
-        from tuning_db.database import SqlDatabase
+        from qcompile.trust.workloads import workload_database
 
         target = _tvm.Target(self.preset.tvm_target(self.preset.hardware()))
         mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, self.preset.kind))
-        return SqlDatabase(self.storage, target).best(mod)
+        return workload_database(self.storage, spec, target).best(mod)
 
     def has_record(self, spec) -> bool:
         """Whether ``spec`` has a successful record here: a key lookup, no TensorIR built."""
@@ -82,11 +86,9 @@ class KernelCache:
             return True
         if spec.digest() not in self._has_record:
             from qcompile import _tvm
-            from targets import target_key
-            from tuning_db.database import workload_digest
 
             target = _tvm.Target(self.preset.tvm_target(self.preset.hardware()))
-            key = target_key(_tvm.target_dict(target))
+            key = targets.target_key(_tvm.target_dict(target))
             workload = self.storage.find_workload(workload_digest(spec.digest(), key))
             found = workload is not None and bool(self.storage.top_records(workload.id, 1))
             if not found:  # a record may arrive later (tuning elsewhere): ask again then
@@ -107,7 +109,6 @@ class KernelCache:
             return kernel
 
     def _resolve(self, spec, hint: str):
-        import qcompile
         from qcompile.build import build, build_untuned, spec_cli_args
 
         best = self.best_record(spec)
@@ -126,7 +127,7 @@ class KernelCache:
                 so_path = out / f"{spec.name()}.so"
                 if not so_path.is_file():
                     so_path = build_untuned(spec, self.preset, out).so_path
-                return qcompile.load(str(so_path))
+                return load_kernel(str(so_path))
             raise NoRecordError(
                 f"no tuned record for {spec.name()} on {self.preset.name} in "
                 f"{self.storage.display_url}; run: qcompile tune {spec_cli_args(spec)} "
@@ -137,5 +138,5 @@ class KernelCache:
         so_path = out / f"{spec.name()}.so"
         if not so_path.is_file():
             so_path = build(spec, self.preset, out, storage=self.storage).so_path
-        return qcompile.load(str(so_path))
+        return load_kernel(str(so_path))
 

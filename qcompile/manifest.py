@@ -26,7 +26,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import targets
 from qcompile.errors import LoadError
+from qcompile.kernels import FAMILIES, family_of, spec_from_dict
+from targets import cuda, isa
+from targets.isa import target_cpu_flags
 
 MANIFEST_FORMAT = 2
 _REQUIRED = ("format", "name", "function", "spec", "target", "record", "versions", "sha256",
@@ -268,8 +272,6 @@ def _parse(path: Path) -> Any:
 def _check_spec(data: Any):
     """The spec object -> a KernelSpec, through the spec classes' own validation (the one the
     command line's flags go through), after checking each field's JSON type."""
-    from qcompile.kernels import FAMILIES, spec_from_dict
-
     data = _object(data, "spec")
     family = _match(data.get("family"), _IDENT, "spec.family", "a family name")
     if family not in FAMILIES:
@@ -328,9 +330,6 @@ def _check_common_keys(tvm: dict, where: str, checked: set[str]) -> None:
 
 def _check_target(data: Any, requires: Any) -> tuple[Any, tuple[str, ...], str | None]:
     """The target and requires objects -> (preset, needed CPU flags, CUDA arch)."""
-    import targets
-    from targets import cuda, isa
-
     target = _object(data, "target")
     name = _match(target.get("preset"), _IDENT, "target.preset", "a target preset name")
     try:
@@ -389,7 +388,6 @@ def _check_layout(layout: Any, spec) -> None:
         _match(key, _IDENT, "layout key", "a name")
         if key != "kind":
             _count(value, f"layout.{key}", 0)
-    from qcompile.kernels import family_of
 
     try:
         family_of(spec).describe_layout(layout)
@@ -498,8 +496,6 @@ def requires_of(tvm_target: dict) -> dict[str, Any]:
     dict
         ``{"cpu_flags": [...], "cuda_arch": "sm_90" or None}``.
     """
-    from targets.isa import target_cpu_flags
-
     cuda = tvm_target.get("kind") == "cuda"
     return {"cpu_flags": list(target_cpu_flags(tvm_target)),
             "cuda_arch": tvm_target.get("arch") if cuda else None}

@@ -4,6 +4,9 @@ MetaSchedule's LocalBuilder starts fresh worker processes for every batch, and i
 function imports ``tvm.s_tir.tensor_intrin`` in each (20-30 s on 2 cores, primer G2). Our design
 spaces never tensorize, so :func:`fast_build` skips that import; workers then start in the few
 seconds ``import tvm`` takes.
+
+Light: every builder worker imports this module to run :func:`fast_build`, so TVM
+(``qcompile._tvm``) and the database are imported inside the functions that use them.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from targets.cuda import gpu_model
+from targets.host import cpu_model
 
 #: Linux's prctl option that delivers a signal to a process when its parent dies.
 _PR_SET_PDEATHSIG = 1
@@ -43,11 +49,10 @@ def fast_build(mod, target, _params):
     Returns a ``runtime.Module`` (``tvm.tirx.build``), which LocalBuilder exports; ``tvm.compile``
     would return an ``Executable`` that it cannot export (primer G4).
     """
-    import tvm
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+    from qcompile import _tvm
 
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return tvm.tirx.build(mod, target=target)
+    mod = _tvm.RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return _tvm.tvm.tirx.build(mod, target=target)
 
 
 @dataclass(frozen=True)
@@ -99,19 +104,13 @@ def this_device_model(preset) -> str | None:
     """The model of the device that runs ``preset``'s kernels on this host: the CPU's for CPU
     targets, the first GPU's for CUDA targets; None on a host without one."""
     if preset.kind == "cuda":
-        from targets.cuda import gpu_model
-
         return gpu_model()
-    from targets.host import cpu_model
-
     return cpu_model()
 
 
 def measuring_provenance(preset):
     """Who measures here: this host, user and versions; the device model is the GPU's on a
     GPU target, not the host CPU's."""
-    from dataclasses import replace
-
     from tuning_db.database import default_provenance
 
     return replace(default_provenance(),

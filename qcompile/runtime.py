@@ -16,6 +16,7 @@ from qcompile.errors import ArgumentError, LoadError
 from qcompile.kernels import family_of
 from qcompile.kernels.base import KernelSpec, PreparedWeights
 from qcompile.manifest import Manifest, read_manifest, sha256_of
+from targets import cuda, isa
 
 _DEVICE_OF_KIND = {"cpu": "cpu", "cuda": "cuda"}
 
@@ -157,8 +158,6 @@ def load_kernel(path: str | Path) -> Kernel:
 
 def _check_host(so_path: Path, manifest: Manifest) -> None:
     """Refuse (LoadError) when this host lacks a CPU flag or the GPU the library needs."""
-    from targets import cuda, isa
-
     preset = manifest.target_preset
     needed = manifest.cpu_flags
     missing, cpu = isa.missing_flags(needed)

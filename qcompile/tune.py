@@ -9,13 +9,15 @@ import time
 from dataclasses import dataclass
 
 from qcompile import _tvm
-from qcompile.callbacks import ProgressBar, RecordMeasurements
+from qcompile.callbacks import ProgressBuilder, ProgressRunner, RecordMeasurements, ShowProgress
 from qcompile.errors import TargetUnavailableError, UsageError
 from qcompile.kernels import family_of
 from qcompile.kernels.base import KernelSpec
 from qcompile.measure import MeasurePolicy, measure_modules, measuring_provenance
+from qcompile.progress import TuneProgress
 from qcompile.trust.choice import Candidate, store_measurement
 from qcompile.trust.seals import Sealer
+from qcompile.trust.workloads import workload_database
 from schedules import search_strategy, space_generator, space_kind
 from targets.host import usable_cores
 from targets.isa import require_tune_host
@@ -91,7 +93,8 @@ class TuneSummary:
 
 def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None = None,
          seed: int = 0, hw=None, policy: MeasurePolicy | None = None,
-         progress: bool = True, work_dir: str | None = None, layers: Layers | None = None,
+         progress: bool | TuneProgress = True, work_dir: str | None = None,
+         layers: Layers | None = None,
          force: bool = False, quiet_wait_s: float = QUIET_WAIT_S) -> TuneSummary:
     """Tune ``spec`` for ``preset`` with a budget of ``trials`` measured candidates.
 
@@ -110,8 +113,9 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
         Overrides the preset's host-detected model.
     policy : MeasurePolicy, optional
         Build and timing settings.
-    progress : bool
-        Draw a progress bar on stderr.
+    progress : bool or TuneProgress
+        Draw a progress bar on stderr (True), or draw on this one (the CLI's, shown before
+        TVM loaded: its start is the run's start); False: none. It is closed when tuning ends.
     work_dir : str, optional
         Keeps MetaSchedule's logs there; default: a temporary directory.
     layers : tuning_db.layers.Layers, optional
@@ -144,6 +148,17 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
                 f"tuning for {preset.name} measures every candidate on a GPU, and this host "
                 f"cannot run one: {reason}. Tune on a GPU machine (tools/tune_cuda.py) and "
                 f"bring its records here; qcompile build --target {preset.name} needs no GPU")
+    if not isinstance(progress, TuneProgress):
+        progress = TuneProgress(trials, f"{spec.name()} @{preset.name}", enabled=progress)
+    with progress:
+        return _tune(spec, preset, trials, storage, seed, hw, policy, progress, work_dir,
+                     layers, force, quiet_wait_s)
+
+
+def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: int, hw,
+          policy: MeasurePolicy | None, progress: TuneProgress, work_dir: str | None,
+          layers: Layers | None, force: bool, quiet_wait_s: float) -> TuneSummary:
+    started = progress.started
     _tvm.quiet_meta_schedule()
     layers = layers or Layers.single(storage or Storage())
     storage = layers.writer
@@ -154,29 +169,28 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
     family = family_of(spec)
     mod = _tvm.normalize_mod(family.compute_for(spec, preset.kind))
     sealer = Sealer.load()
-    database = SqlDatabase(storage, target, provenance=measuring_provenance(preset),
-                           readers=layers.readers, sealer=sealer)
-    started = time.monotonic()
+    database = workload_database(storage, spec, target, provenance=measuring_provenance(preset),
+                                 readers=layers.readers, sealer=sealer)
+    progress.set_phase("reading the database")
     reused = 0 if force else database.measured(mod)
     if reused:
         best = database.best(mod)
         if best is not None and reused >= trials:
             log.info("%s: %d records already measured; 0 trials", spec.name(), reused)
             best_us = best[1].mean_us
+            progress.close(f"reused {reused} records")
             return TuneSummary(
                 name=spec.name(), target=preset.name, trials=0, failed=0, stored=0,
                 best_us=best_us, gbps=family.bytes_read(spec) / (best_us * 1e3),
                 record_id=best[1].id, elapsed_s=time.monotonic() - started,
                 database=layers.describe(), reused=reused, source=best[1].database)
         trials = max(1, trials - reused)
+    progress.set_total(trials)
     database.register(mod)  # fail here, with our error, before MetaSchedule's FFI wraps it
     recorder = RecordMeasurements(database)
     callbacks = [recorder, _tvm.ms.measure_callback.RemoveBuildArtifact(),
-                 _tvm.ms.measure_callback.UpdateCostModel()]
-    bar = None
-    if progress:
-        bar = ProgressBar(trials, recorder, label=f"{spec.name()} @{preset.name}")
-        callbacks.append(bar)
+                 _tvm.ms.measure_callback.UpdateCostModel(), ShowProgress(progress)]
+    progress.set_phase("searching (batch 1)")
     with tempfile.TemporaryDirectory(prefix="qcompile-tune-") as scratch:
         context = _tvm.ms.TuneContext(
             mod=mod, target=target, space_generator=space_generator(spec, preset.kind, hw),
@@ -188,18 +202,19 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
         _tvm.ms.tune.tune_tasks(
             tasks=[context], task_weights=[1.0], work_dir=work_dir or scratch,
             max_trials_global=trials, num_trials_per_iter=min(trials, BATCH),
-            builder=policy.builder(), runner=policy.runner(family.measure_arguments(spec)),
+            builder=ProgressBuilder(policy.builder(), progress),
+            runner=ProgressRunner(policy.runner(family.measure_arguments(spec)), progress),
             database=database,
             cost_model="xgb", measure_callbacks=callbacks, task_scheduler="round-robin",
         )
-    if bar is not None:
-        bar.draw(final=True)
     best = database.best(mod)
     best_us = best[1].mean_us if best else None
     record_id = best[1].id if best else None
     remeasured, remeasure_load = 0, None
     if recorder.busy and best is not None:
+        progress.set_phase("waiting for a quiet machine to re-measure the best")
         remeasure_load = recorder.load_meter.wait_for_quiet(quiet_wait_s)
+        progress.set_phase(f"re-measuring the {REMEASURE_TOP} best")
         remeasured, record_id, best_us = _remeasure_best(
             database, mod, spec, preset, target, policy, sealer, remeasure_load)
     return TuneSummary(
@@ -218,11 +233,9 @@ def _remeasure_best(database: SqlDatabase, mod, spec: KernelSpec, preset, target
                     load: float) -> tuple[int, int | None, float | None]:
     """Measure the :data:`REMEASURE_TOP` best records again and store the measurements;
     returns (how many were measured, the fastest's id, its latency)."""
-    from qcompile.build import scheduled_module
-
     candidates = [Candidate(storage, info, record, None)
                   for storage, info, record in database.candidates(mod, REMEASURE_TOP)]
-    results = measure_modules([scheduled_module(mod, c.record, target) for c in candidates],
+    results = measure_modules([database.replay(mod, c.record) for c in candidates],
                               target, policy, family_of(spec).measure_arguments(spec))
     provenance = measuring_provenance(preset)
     timed = [(c, m) for c, m in zip(candidates, results, strict=True) if m.run_secs]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from qcompile.errors import TargetUnavailableError
 from targets import host
 
 #: LLVM x86 feature -> /proc/cpuinfo flag, for the features that matter for code generation
@@ -210,7 +211,6 @@ def require_host_runs(preset, *, action: str, another_host: str = "") -> None:
     supported, reason = preset.host_support()
     if supported:
         return
-    from qcompile.errors import TargetUnavailableError
 
     tail = f"; {another_host}" if another_host else ""
     raise TargetUnavailableError(f"{action}, and this host cannot run {preset.name} code "

@@ -34,13 +34,13 @@ from bench_uniform import time_calls  # tools/ is sys.path[0] when a tool runs
 import qcompile
 import targets
 from qcompile import _tvm
-from qcompile.build import build, export, scheduled_module
+from qcompile.build import build, export
 from qcompile.formats.gptq import GptqTensors, quantize_rtn
 from qcompile.gptq import GptqLayer, QuantizeConfig
 from qcompile.kernels.uniform import FAMILY, UniformSpec
 from qcompile.nn import QuantLinear, kernel_cache
+from qcompile.trust.workloads import workload_database
 from tuning_db import Storage
-from tuning_db.database import SqlDatabase
 
 
 def side_by_side(functions: dict, rounds: int, block_s: float = 0.05) -> dict:
@@ -99,9 +99,10 @@ def main(argv=None) -> int:
 
     # The fused kernel: the sequential spec's best trace replayed on the act_order workload.
     target = _tvm.Target(preset.tvm_target(hw))
-    workload, record = SqlDatabase(storage, target).best(
+    workload, record = workload_database(storage, spec, target).best(
         _tvm.normalize_mod(FAMILY.compute(spec)))
-    fused_mod = scheduled_module(_tvm.normalize_mod(FAMILY.compute(fused_spec)), record, target)
+    fused_mod = workload_database(storage, fused_spec, target).replay(
+        _tvm.normalize_mod(FAMILY.compute(fused_spec)), record)
     fused_so, _ = export(fused_spec, preset, target, fused_mod, out,
                          {"id": record.id, "replayed_from": spec.name()})
     fused_kernel = qcompile.load(str(fused_so))

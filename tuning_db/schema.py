@@ -28,6 +28,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from qcompile.errors import DatabaseError
 from tuning_db.models import Base
+from tuning_db.url import db_option
 
 #: The newest revision (``tuning_db/migrations/versions``); a test keeps it equal to Alembic's.
 HEAD = "0003"
@@ -61,8 +62,6 @@ def current_revision(connection: Connection) -> str | None:
 def upgrade_command(display_url: str) -> str:
     """The command that upgrades the database at ``display_url`` (a redacted URL: when it hides
     a secret, the command says which URL to pass instead of showing ``***`` as if runnable)."""
-    from tuning_db.url import db_option
-
     return f"qcompile db upgrade {db_option(display_url)}"
 
 

@@ -299,6 +299,16 @@ def measurement_values(*, record_id: int | None, digest: str, purpose: str,
     return values
 
 
+def workload_digest(spec_digest: str, target_key: str) -> str:
+    """The database key of a workload: (kernel spec, target)."""
+    return hashlib.sha256(f"{spec_digest}:{target_key}".encode()).hexdigest()
+
+
+def record_digest(workload_digest_: str, trace_json: str) -> str:
+    """The database key of a record: its workload and its decisions."""
+    return hashlib.sha256(f"{workload_digest_}:{trace_json}".encode()).hexdigest()
+
+
 def measurement_digest(record_digest: str, purpose: str, device_model: str,
                        run_secs: list[float], created_at: datetime | None) -> str:
     """The database key of a measurement: what was measured, why, on what, how fast, when."""

@@ -32,6 +32,7 @@ from qcompile.errors import DatabaseError
 from tuning_db.models import STATUS_OK
 from tuning_db.schema import HEAD
 from tuning_db.storage import Storage, WorkloadInfo
+from tuning_db.url import redact_origin
 
 FORMAT = "qcompile-tuning-records"
 VERSION = 2
@@ -111,8 +112,6 @@ def export_jsonl(storage: Storage, path: str | Path, *, name: str | None = None)
     """Write the workloads (whose name contains ``name``), their records and measurements to
     ``path`` (written whole, then renamed into place). Origins leave with a URL's secrets
     removed, whatever an older database holds."""
-    from tuning_db.url import redact_origin
-
     count = TransferCount()
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")

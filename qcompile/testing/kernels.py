@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+import qcompile
+from qcompile.kernels import get_family
+from tuning_db import Storage
+
 
 def relative_error(y, reference) -> float:
     """max |y - reference| / max |reference|, in float64.
@@ -27,7 +31,6 @@ def compile_fixed(spec, preset, sketch, *decisions):
     """``spec``'s compute with ``sketch(sch, spec, hw, *decisions)`` applied, compiled for
     ``preset`` (a CPU target): the callable kernel function."""
     from qcompile import _tvm
-    from qcompile.kernels import get_family
 
     hw = preset.hardware()
     sch = sketch(_tvm.Schedule(get_family(spec.family).compute(spec)), spec, hw, *decisions)
@@ -38,10 +41,8 @@ def compile_fixed(spec, preset, sketch, *decisions):
 def tune_and_load(spec, preset, tmp_path, trials: int = 4):
     """Tune ``spec`` for ``preset`` a few trials into a fresh sqlite database under
     ``tmp_path``, build its best record and load it: the tuned kernel (``qcompile.Kernel``)."""
-    import qcompile
     from qcompile.build import build
     from qcompile.tune import tune
-    from tuning_db import Storage
 
     storage = Storage(f"sqlite:///{tmp_path / 'db.sqlite'}")
     tune(spec, preset, storage=storage, trials=trials, progress=False,

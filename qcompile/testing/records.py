@@ -3,6 +3,10 @@ committed with chosen latencies (for database, import and trust tests)."""
 
 from __future__ import annotations
 
+import targets
+from qcompile.kernels import get_family
+from tuning_db.models import STATUS_BUILD_ERROR, STATUS_OK
+
 #: (n_blk, n_reg) of the uniform CPU space's register-tile sketch, by index: 8 distinct traces.
 TILES = [(1, 1), (1, 2), (2, 2), (1, 4), (2, 4), (4, 4), (1, 8), (2, 8)]
 
@@ -10,9 +14,7 @@ TILES = [(1, 1), (1, 2), (2, 2), (1, 4), (2, 4), (4, 4), (1, 8), (2, 8)]
 def uniform_trace(spec, index: int, mod=None):
     """The trace of the uniform CPU space's register-tile sketch with tiles ``TILES[index]``,
     on ``spec``'s compute (``mod``, default the normalized compute): a Schedule."""
-    import targets
     from qcompile import _tvm
-    from qcompile.kernels import get_family
     from schedules.cpu import uniform
 
     mod = mod or _tvm.normalize_mod(get_family("uniform").compute(spec))
@@ -22,11 +24,10 @@ def uniform_trace(spec, index: int, mod=None):
 
 
 def commit_records(database, spec, secs_by_tile: dict[int, list[float] | None]):
-    """Commit real records of ``spec`` (uniform, CPU) through ``database`` (a SqlDatabase):
-    tile index -> run times, None for a build failure. Returns the workload's module."""
+    """Commit real records of ``spec`` (uniform, CPU) through ``database`` (a SqlDatabase of
+    ``spec``, ``qcompile.trust.workloads.workload_database``): tile index -> run times, None for
+    a build failure. Returns the workload's module."""
     from qcompile import _tvm
-    from qcompile.kernels import get_family
-    from tuning_db.models import STATUS_BUILD_ERROR, STATUS_OK
 
     mod = _tvm.normalize_mod(get_family("uniform").compute(spec))
     workload = database.commit_workload(mod)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+import targets
+from qcompile.kernels import BcqSpec, MixedSpec, UniformSpec, family_of
 from targets.hardware import CpuHardware
 
 #: Fixed CPU models (not this host's): the generated code must not depend on the machine.
@@ -36,8 +38,6 @@ class Case:
     preset: str
 
     def hardware(self):
-        import targets
-
         preset = targets.get(self.preset)
         if preset.kind == "cuda":
             return preset.hardware()
@@ -46,8 +46,6 @@ class Case:
 
 def cases() -> list[Case]:
     """Specs that reach every variant (family x target class x compute), a few each."""
-    from qcompile.kernels import BcqSpec, MixedSpec, UniformSpec
-
     u, b, x = UniformSpec, BcqSpec, MixedSpec
     return [
         Case("uniform_cpu_b4", u(k=512, n=256), "avx2"),
@@ -88,9 +86,7 @@ def _digest(text: str) -> str:
 
 def design_space_text(case: Case) -> str:
     """The case's design space: every sketch's trace with its decisions at seed 1."""
-    import targets
     from qcompile import _tvm
-    from qcompile.kernels import family_of
     from schedules import get_design_space
 
     kind = targets.get(case.preset).kind
@@ -103,9 +99,7 @@ def design_space_text(case: Case) -> str:
 
 def heuristic_texts(case: Case) -> tuple[str, str]:
     """(scheduled TensorIR, generated code) of the case's heuristic point."""
-    import targets
     from qcompile import _tvm
-    from qcompile.kernels import family_of
     from schedules import untuned_schedule
 
     preset = targets.get(case.preset)

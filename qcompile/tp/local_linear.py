@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+import qcompile
 from qcompile.errors import ArgumentError
 from qcompile.formats.gptq import GptqTensors
 from qcompile.kernels.uniform import UniformSpec
@@ -42,8 +43,6 @@ class KernelLinear:
     backend = "qcompile"
 
     def __init__(self, shard: GptqTensors, kernel_dir: str | Path, rows: int) -> None:
-        import qcompile
-
         spec = shard_spec(shard, rows)
         self.kernel = qcompile.load(str(Path(kernel_dir) / f"{spec.name()}.so"))
         self.weights = self.kernel.prepare(qweight=shard.qweight, scales=shard.scales,

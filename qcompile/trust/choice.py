@@ -26,7 +26,16 @@ from dataclasses import dataclass
 from qcompile.errors import NoRecordError
 from qcompile.measure import Measured
 from qcompile.trust.seals import Sealer
-from tuning_db.storage import MeasurementInfo, Provenance, RecordInfo, Storage, WorkloadInfo
+from tuning_db.storage import (
+    MeasurementInfo,
+    Provenance,
+    RecordInfo,
+    Storage,
+    WorkloadInfo,
+    measurement_digest,
+    measurement_values,
+    record_values,
+)
 
 #: The records build considers: the fastest claims, at most this many.
 DEFAULT_TOP = 3
@@ -93,7 +102,6 @@ def store_measurement(writer: Storage, candidate: Candidate, measured: Measured,
     claimed, in the same transaction."""
     seal = sealer.seal(candidate.record.digest, provenance.device_model, measured.run_secs,
                        purpose)
-    from tuning_db.storage import measurement_digest, measurement_values, record_values
 
     record = candidate.record
     workload = candidate.workload

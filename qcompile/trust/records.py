@@ -26,7 +26,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import targets
 from qcompile.errors import RecordRefused
+from qcompile.kernels import family_of, spec_from_dict
+from qcompile.trust.seals import well_formed
+from qcompile.trust.traces import check_record_trace
+from targets import target_key
 from tuning_db import transfer
 from tuning_db.models import PURPOSES, STATUS_OK, STATUSES
 from tuning_db.storage import (
@@ -34,7 +39,9 @@ from tuning_db.storage import (
     Storage,
     measurement_digest,
     measurement_values,
+    record_digest,
     record_values,
+    workload_digest,
 )
 from tuning_db.url import redact
 
@@ -150,8 +157,6 @@ def _created_at(value, what: str) -> datetime.datetime | None:
 
 
 def _seal(value, what: str) -> str:
-    from qcompile.trust.seals import well_formed
-
     value = "" if value is None else value
     if not isinstance(value, str) or not well_formed(value):
         raise _refuse(what, f"seal must be empty or v1:<16 hex>:<64 hex>; got {_short(value)}")
@@ -194,8 +199,6 @@ class RecordChecker:
 
     def _target(self, target: object, what: str) -> tuple[object, str]:
         """(preset, canonical JSON) of a target dict, which must be one our presets give."""
-        import targets
-
         if not isinstance(target, dict):
             raise _refuse(what, f"target must be a JSON object; got {_short(target)}")
         text = targets.canonical_json(target)
@@ -224,10 +227,6 @@ class RecordChecker:
 
     def workload(self, line: dict, what: str) -> CheckedWorkload:
         """The workload of a ``"type": "workload"`` line, rebuilt and checked."""
-        from qcompile.kernels import family_of, spec_from_dict
-        from targets import target_key
-        from tuning_db.database import workload_digest
-
         spec_data = _json(line, "spec_json", what)
         if not isinstance(spec_data, dict):
             raise _refuse(what, "spec_json must be a JSON object")
@@ -273,9 +272,6 @@ class RecordChecker:
 
     def record(self, line: dict, workload: CheckedWorkload, origin: str, what: str) -> dict:
         """The ``tuning_records`` values of a ``"type": "record"`` line of ``workload``."""
-        from qcompile.trust.traces import check_record_trace
-        from tuning_db.database import record_digest
-
         status = line.get("status")
         if status not in STATUSES:
             raise _refuse(what, f"status must be one of {', '.join(STATUSES)}; "

@@ -39,9 +39,10 @@ they emit is collected. A trace may then hold only:
 Anything else raises :class:`~qcompile.errors.RecordRefused` naming the record (first 12 hex
 digits of its digest), the instruction (index and kind, the key of an annotation) and the rule.
 
-Callers: ``SqlDatabase.commit_measurement`` (a trace our tuner produced: a refusal is our bug),
-``SqlDatabase.ranked`` (a refused record is skipped with one warning), ``build.scheduled_module``
-(before replaying), and import/merge, through :func:`check_record_trace`.
+Callers: the tuning database's view of a spec (:mod:`qcompile.trust.workloads` hands
+``SqlDatabase`` the check): ``commit_measurement`` (a trace our tuner produced: a refusal is our
+bug), ``ranked`` (a refused record is skipped with one warning), ``replay`` (before replaying,
+for build and re-measurement); and import/merge, through :func:`check_record_trace`.
 """
 
 from __future__ import annotations
@@ -55,7 +56,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import targets
 from qcompile.errors import QCompileError, RecordRefused, SpecError
+from qcompile.kernels import family_of, spec_from_dict
+from targets.hardware import CpuHardware
 
 #: Seed of the schedules the policy is derived from (their decisions do not matter, only what
 #: the spaces emit).
@@ -251,8 +255,6 @@ def check_record_trace(trace: str | list, spec, target_kind, *, digest: str) -> 
             raise RecordRefused(f"record {short}: trace is not JSON ({error})") from None
     try:
         if isinstance(spec, Mapping):
-            from qcompile.kernels import spec_from_dict
-
             spec = spec_from_dict(dict(spec))
         policy = policy_for(spec, target_kind)
     except (QCompileError, ValueError, TypeError) as error:
@@ -283,9 +285,6 @@ def hardware_models(target_kind: str) -> list:
     caches and cores gave the spaces other numbers, still passes. CUDA: every CUDA preset's GPU
     model (fixed per preset).
     """
-    import targets
-    from targets.hardware import CpuHardware
-
     presets = [p for p in targets.PRESETS.values() if p.kind == target_kind]
     models = [p.hardware() for p in presets]
     if target_kind == "cpu":
@@ -308,7 +307,6 @@ def _derive(spec, target_kind: str) -> TracePolicy:
     """Run ``spec``'s design spaces on its compute for every hardware model and collect what
     their traces hold."""
     from qcompile import _tvm
-    from qcompile.kernels import family_of
     from schedules import get_design_space
     from tuning_db.database import _plain_json
 

@@ -11,7 +11,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+import targets
+from qcompile import _tvm
 from qcompile.errors import QCompileError
+from qcompile.kernels import family_of, spec_from_dict
+from qcompile.machine_load import LoadMeter
+from qcompile.measure import MeasurePolicy, measure_modules, measuring_provenance
+from qcompile.trust.choice import Candidate, store_measurement
+from qcompile.trust.seals import Sealer
+from qcompile.trust.workloads import workload_database
+from tuning_db.models import PURPOSE_VERIFY
 from tuning_db.storage import Storage
 
 
@@ -37,17 +46,6 @@ def verify(storage: Storage, *, name: str | None = None, family: str | None = No
     Only workloads whose target is this host's target for a preset are measured (same ISA,
     same core count): a record tuned for 16 cores says nothing about 2.
     """
-    import targets
-    from qcompile import _tvm
-    from qcompile.kernels import family_of, spec_from_dict
-    from qcompile.machine_load import LoadMeter
-    from qcompile.measure import MeasurePolicy, measure_modules, measuring_provenance
-    from qcompile.trust.choice import Candidate, store_measurement
-    from qcompile.trust.seals import Sealer
-    from targets import target_key
-    from tuning_db.database import SqlDatabase
-    from tuning_db.models import PURPOSE_VERIFY
-
     sealer = Sealer.load()
     out: list[Verified] = []
     for preset in targets.PRESETS.values():
@@ -57,8 +55,7 @@ def verify(storage: Storage, *, name: str | None = None, family: str | None = No
             continue
         hw = preset.hardware()
         tvm_target = _tvm.Target(preset.tvm_target(hw))
-        key = target_key(_tvm.target_dict(tvm_target))
-        database = SqlDatabase(storage, tvm_target)
+        key = targets.target_key(_tvm.target_dict(tvm_target))
         provenance = measuring_provenance(preset)
         for info in storage.workloads(key):
             if (name and name not in info.name) or (family and info.family != family):
@@ -69,17 +66,16 @@ def verify(storage: Storage, *, name: str | None = None, family: str | None = No
                 out.append(Verified(info.name, preset.name, 0, 0, None, f"invalid spec: {error}"))
                 continue
             mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, preset.kind))
+            database = workload_database(storage, spec, tvm_target)
             found = database.candidates(mod, top)
             if not found:
                 out.append(Verified(info.name, preset.name, 0, 0, None, "no valid record"))
                 continue
-            from qcompile.build import scheduled_module
-
             candidates = [Candidate(s, w, r, None) for s, w, r in found]
             database.register(mod)  # our own compute's row, never a copy of a stored one
             meter = LoadMeter()
             results = measure_modules(
-                [scheduled_module(mod, c.record, tvm_target) for c in candidates], tvm_target,
+                [database.replay(mod, c.record) for c in candidates], tvm_target,
                 policy or MeasurePolicy(build_workers=getattr(hw, "cores", None) or 2),
                 family_of(spec).measure_arguments(spec))
             load = meter.lap()

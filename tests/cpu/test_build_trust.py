@@ -16,9 +16,10 @@ from qcompile.kernels import UniformSpec, get_family
 from qcompile.testing.records import TILES, uniform_trace
 from qcompile.trust import records
 from qcompile.trust.seals import Sealer
+from qcompile.trust.workloads import workload_database
 from qcompile.tune import tune
 from tuning_db import Provenance, Storage, transfer
-from tuning_db.database import SqlDatabase, record_digest, record_json
+from tuning_db.database import record_digest, record_json
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = UniformSpec(k=256, n=256)
@@ -29,7 +30,7 @@ def _forge(storage, preset, claimed_secs):
     """What a hostile writer of a shared database can do: insert a valid trace of ours, with
     made-up provenance and a latency nobody measured (no seal). Returns its digest."""
     target = _tvm.Target(preset.tvm_target(preset.hardware()))
-    database = SqlDatabase(storage, target)
+    database = workload_database(storage, SPEC, target)
     mod = _tvm.normalize_mod(get_family("uniform").compute(SPEC))
     workload = database.register(mod)
     taken = {r.digest for r in storage.records()}

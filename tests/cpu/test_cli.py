@@ -3,9 +3,12 @@ Python process that has only the .so, its manifest and the qcompile package."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -34,7 +37,7 @@ def test_tune_build_load_in_a_fresh_process(tmp_path, env, avx2):
     assert default_db.is_file(), "with no --db, records go to the user's cache directory"
 
     listing = run(["db", "ls"], env).stdout
-    assert "uniform_b4_g128_k256_n256_m1_f32" in listing and "llvm core-avx2" in listing
+    assert "uniform_b4_g128_k256_n256_m1_f32" in listing and "avx2 (" in listing  # as typed
 
     out = tmp_path / "kernels"
     run(["build", "--target", "avx2", "--shape", SHAPE, "--out", str(out)], env)
@@ -70,6 +73,48 @@ def test_tune_build_load_in_a_fresh_process(tmp_path, env, avx2):
     error = float(result.stdout.split("ERR")[1])
     assert error < 1e-4
     assert not (tmp_path / "empty-cache").exists()
+
+
+@pytest.mark.slow
+def test_tune_shows_progress_from_the_start(env, avx2):
+    """The bar is on stderr at once (while TVM loads), names each phase, counts each candidate
+    as it is measured (before the batch is done), ends once; the summary prints once and its
+    time counts start-up."""
+    started = time.monotonic()
+    process = subprocess.Popen(
+        QCOMPILE + ["tune", "--target", "avx2", "--shape", "256x128", "--group-size", "64",
+                    "--trials", "8"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen: list[tuple[float, str]] = []  # (seconds since start, text so far) per chunk read
+
+    def read():
+        text = ""
+        while chunk := os.read(process.stderr.fileno(), 4096):
+            text += chunk.decode(errors="replace")
+            seen.append((time.monotonic() - started, text))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    stdout = process.stdout.read().decode()
+    process.wait(timeout=900)
+    reader.join(timeout=60)
+    wall = time.monotonic() - started
+    assert process.returncode == 0, seen[-1][1] if seen else stdout
+
+    def first(fragment: str) -> float:
+        return next(t for t, text in seen if fragment in text)
+
+    stderr = seen[-1][1]
+    assert first("starting TVM") < first("searching (batch 1)") < first("building 8 candidates") \
+        < first("measuring 1/8") < first("measuring 8/8") < first("8/8 trials")
+    assert first("1/8 trials") < first("measuring 8/8")  # each candidate shows as it is done
+    assert "uniform_b4_g64_k256_n128_m1_f32 @avx2" in stderr
+    ended = [line for line in stderr.split("\n")[:-1] if "trials [" in line]
+    assert len(ended) == 1, stderr  # the bar's line ends once, on its final state
+    assert ended[0].split("\r")[-1].rstrip().endswith("done]"), ended[0].split("\r")[-1]
+    assert stdout.count("tuned uniform_b4_g64_k256_n128_m1_f32 for avx2: 8 trials") == 1
+    summary_s = int(re.search(r"8 trials in (\d+) s", stdout).group(1))
+    assert summary_s >= first("reading the database")  # TVM's start-up is in it
+    assert summary_s <= wall + 1
 
 
 def test_build_without_record_says_what_to_run(env):

@@ -16,10 +16,10 @@ from qcompile.build import build, build_untuned
 from qcompile.errors import LoadError, TargetUnavailableError
 from qcompile.kernels import UniformSpec, get_family
 from qcompile.measure import MeasurePolicy
+from qcompile.trust.workloads import workload_database
 from qcompile.tune import tune
 from schedules import space_generator
 from tuning_db import Storage
-from tuning_db.database import SqlDatabase
 from tuning_db.models import STATUS_OK
 
 PRESET = targets.get("cuda")
@@ -96,7 +96,7 @@ def test_search_yields_valid_candidates_that_build_and_replay(tmp_path):
         b.error_msg for b in built]
 
     storage = Storage(f"sqlite:///{tmp_path / 'tuning.sqlite'}")
-    database = SqlDatabase(storage, TARGET)
+    database = workload_database(storage, spec, TARGET)
     workload = database.commit_workload(mod)
     # A real trace of the space; its latency is a placeholder (nothing can be timed here).
     record = _tvm.TuningRecord(candidates[0].sch.trace, workload, [1e-5], TARGET,

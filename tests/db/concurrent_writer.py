@@ -22,9 +22,10 @@ def main(urls: str, index: int, barrier: str, out_path: str) -> None:
     import targets
     from qcompile import _tvm
     from qcompile.kernels import UniformSpec, get_family
+    from qcompile.trust.workloads import workload_database
     from schedules.cpu import uniform
     from tuning_db import STATUS_BUILD_ERROR, STATUS_OK, Storage
-    from tuning_db.database import SqlDatabase, record_json
+    from tuning_db.database import record_json
 
     preset = targets.get("avx2")
     hw = preset.hardware(cores=2)
@@ -55,9 +56,10 @@ def main(urls: str, index: int, barrier: str, out_path: str) -> None:
     report = {}
     for url in urls.split(","):
         storage = Storage(url)
-        database = SqlDatabase(storage, target)
+        databases = {spec: workload_database(storage, spec, target) for spec in mods}
         committed = []
         for spec, sch, secs, status in plan:
+            database = databases[spec]
             workload = database.commit_workload(mods[spec])
             args_info = _tvm.ms.arg_info.ArgInfo.from_prim_func(mods[spec]["main"])
             record = _tvm.TuningRecord(sch.trace, workload, secs, target, args_info)

@@ -19,8 +19,8 @@ from qcompile.kernels import UniformSpec
 from qcompile.testing.records import commit_records, uniform_trace
 from qcompile.trust import records
 from qcompile.trust.records import ImportRefused
+from qcompile.trust.workloads import workload_database
 from tuning_db import Provenance, Storage, transfer
-from tuning_db.database import SqlDatabase
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = UniformSpec(k=256, n=128, bits=4, group_size=64)
@@ -39,7 +39,7 @@ def export_lines(tmp_path_factory):
     provenance = Provenance(host="alice-box", device_model="EPYC", tvm_version=_tvm.TVM_VERSION,
                             tvm_ffi_version=_tvm.TVM_FFI_VERSION, qcompile_version="0.1.0",
                             user="alice")
-    commit_records(SqlDatabase(source, _target(), provenance=provenance),
+    commit_records(workload_database(source, SPEC, _target(), provenance=provenance),
                    SPEC, {0: [3e-5], 1: [1e-5], 2: [2e-5], 3: None})
     path = directory / "records.jsonl"
     transfer.export_jsonl(source, path)
@@ -177,7 +177,8 @@ def test_structure_errors_name_the_line(tmp_path, export_lines):
 def test_merge_validates_like_an_import(tmp_path):
     """A hostile writer put a record straight into their database: merge refuses it all."""
     other = Storage(f"sqlite:///{tmp_path / 'other.sqlite'}")
-    mod = commit_records(SqlDatabase(other, _target()), SPEC, {0: [3e-5], 1: [1e-5]})
+    mod = commit_records(workload_database(other, SPEC, _target()), SPEC,
+                         {0: [3e-5], 1: [1e-5]})
     workload = other.workloads()[0]
     sch = uniform_trace(SPEC, 2, mod)
     from tuning_db.database import record_json

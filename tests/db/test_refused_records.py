@@ -4,7 +4,7 @@ A hostile writer stores, straight through ``Storage.add_record`` (no tuner, no i
 a record whose trace adds ``Annotate(loop, "pragma_import_llvm", <LLVM IR with a global
 constructor>)`` and claims 1 ns. ``SqlDatabase.ranked`` (build's choice and MetaSchedule's
 seeding) skips it with one warning; ``build`` takes the valid record, or says that none is
-valid; ``scheduled_module`` refuses to replay it; our own tuner cannot store such a trace.
+valid; ``SqlDatabase.replay`` refuses to replay it; our own tuner cannot store such a trace.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import logging
 import pytest
 
 from qcompile import _tvm
-from qcompile.build import build, scheduled_module
+from qcompile.build import build
 from qcompile.errors import NoRecordError, RecordRefused
 from qcompile.kernels import UniformSpec, get_family
+from qcompile.trust.workloads import workload_database
 from tuning_db import STATUS_OK, Provenance, Storage
-from tuning_db.database import SqlDatabase, record_digest
+from tuning_db.database import record_digest
 
 SPEC = UniformSpec(k=256, n=128, bits=4, group_size=64)
 
@@ -39,6 +40,11 @@ entry:
 def setting(avx2, tmp_path):
     hw = avx2.hardware(cores=2)
     return avx2, hw, _tvm.Target(avx2.tvm_target(hw))
+
+
+def _database(storage: Storage, target):
+    """The database's view of SPEC on ``target``."""
+    return workload_database(storage, SPEC, target)
 
 
 def _mod():
@@ -74,7 +80,7 @@ def _live_loop(sch):
 
 
 def _commit_valid(storage: Storage, target, hw) -> int:
-    database = SqlDatabase(storage, target)
+    database = _database(storage, target)
     mod = _mod()
     workload = database.commit_workload(mod)
     args_info = _tvm.ms.arg_info.ArgInfo.from_prim_func(mod["main"])
@@ -84,7 +90,7 @@ def _commit_valid(storage: Storage, target, hw) -> int:
 
 def _store_hostile(storage: Storage, target, hw) -> str:
     """What a hostile writer stores: a valid trace plus the annotation, claiming 1 ns."""
-    database = SqlDatabase(storage, target)
+    database = _database(storage, target)
     info = database.register(_mod())
     sch = _attack(_schedule(hw))
     from tuning_db.database import _plain_json
@@ -116,7 +122,7 @@ def test_hostile_record_is_skipped_and_build_takes_the_valid_one(setting, tmp_pa
     stored = storage.top_records(storage.workloads()[0].id, 5, _tvm.TVM_VERSION)
     assert [r.digest for r in stored][:1] == [hostile] and len(stored) == 2  # 1 ns: first
 
-    database = SqlDatabase(storage, target)
+    database = _database(storage, target)
     with caplog.at_level(logging.WARNING, logger="tuning_db.database"):
         ranked = database.ranked(_mod(), 5)
         assert [record.id for _, record in ranked] == [valid_id]
@@ -140,7 +146,7 @@ def test_hostile_record_is_skipped_and_build_takes_the_valid_one(setting, tmp_pa
     record = next(r for r in storage.records() if r.digest == hostile)
     with pytest.raises(RecordRefused, match=rf"^record {hostile[:12]}: instruction \d+ Annotate "
                                             r"key 'pragma_import_llvm' is not one"):
-        scheduled_module(_mod(), record, target)
+        _database(storage, target).replay(_mod(), record)
 
 
 def test_build_says_when_no_record_is_valid(setting, tmp_path, caplog):
@@ -161,7 +167,7 @@ def test_build_says_when_no_record_is_valid(setting, tmp_path, caplog):
 def test_our_tuner_cannot_store_such_a_trace(setting, tmp_path):
     _, hw, target = setting
     storage = Storage(f"sqlite:///{tmp_path / 'local.sqlite'}")
-    database = SqlDatabase(storage, target)
+    database = _database(storage, target)
     mod = _mod()
     workload = database.commit_workload(mod)
     sch = _attack(_schedule(hw))

@@ -225,11 +225,11 @@ def _fill(storage: Storage, latencies=(3e-5, 1e-5, 2e-5)) -> None:
     this host's avx2 target, with these latencies: what build, merge and export take."""
     from qcompile.measure import measuring_provenance
     from qcompile.trust.seals import Sealer
+    from qcompile.trust.workloads import workload_database
     from schedules.cpu import uniform
     from tuning_db import STATUS_OK
-    from tuning_db.database import SqlDatabase
 
-    database = SqlDatabase(storage, _target(), provenance=measuring_provenance(
+    database = workload_database(storage, SPEC, _target(), provenance=measuring_provenance(
         targets.get("avx2")), sealer=Sealer.load())
     mod = _tvm.normalize_mod(get_family("uniform").compute(SPEC))
     workload = database.commit_workload(mod)
@@ -353,7 +353,7 @@ def test_the_upgrade_scrubs_origins_older_merges_stored(db_url):
 
 @pytest.mark.filterwarnings("ignore:Query string argument")
 def test_layers_describe_and_the_record_source(secret_source, tmp_path):
-    from tuning_db.database import SqlDatabase
+    from qcompile.trust.workloads import workload_database
     from tuning_db.layers import open_layers
 
     local = f"sqlite:///{tmp_path / 'local.sqlite'}"
@@ -364,7 +364,7 @@ def test_layers_describe_and_the_record_source(secret_source, tmp_path):
     assert_clean(described)
     assert "password=***" in described and "(read-only)" in described
     mod = _tvm.normalize_mod(get_family("uniform").compute(SPEC))
-    _, best = SqlDatabase(layers.writer, _target(), readers=layers.readers).best(mod)
+    _, best = workload_database(layers.writer, SPEC, _target(), readers=layers.readers).best(mod)
     assert_clean(best.database)
 
 

@@ -8,8 +8,8 @@ import targets
 from qcompile import _tvm
 from qcompile.errors import DatabaseError
 from qcompile.kernels import UniformSpec, get_family
+from qcompile.trust.workloads import workload_database
 from tuning_db import STATUS_BUILD_ERROR, STATUS_OK, Storage
-from tuning_db.database import SqlDatabase
 
 SPEC = UniformSpec(k=256, n=128, bits=4, group_size=64)
 
@@ -17,6 +17,11 @@ SPEC = UniformSpec(k=256, n=128, bits=4, group_size=64)
 def _target(name):
     preset = targets.get(name)
     return _tvm.Target(preset.tvm_target(preset.hardware(cores=2)))
+
+
+def _database(storage, target, **kwargs):
+    """The database's view of SPEC on ``target`` (one view serves one workload)."""
+    return workload_database(storage, SPEC, target, **kwargs)
 
 
 def _mod(spec=SPEC):
@@ -37,7 +42,7 @@ def _record(database, mod, run_secs, seed=1):
 
 def test_workload_insert_or_get_is_idempotent(db_url):
     storage = Storage(db_url)
-    database = SqlDatabase(storage, _target("avx2"))
+    database = _database(storage, _target("avx2"))
     mod = _mod()
     assert not database.has_workload(mod)
     database.commit_workload(mod)
@@ -48,7 +53,7 @@ def test_workload_insert_or_get_is_idempotent(db_url):
 
 def test_records_rank_and_failures_have_no_latency(db_url):
     storage = Storage(db_url)
-    database = SqlDatabase(storage, _target("avx2"))
+    database = _database(storage, _target("avx2"))
     mod = _mod()
     slow = _record(database, mod, [3e-5, 3e-5], seed=1)
     fast = _record(database, mod, [1e-5, 1e-5], seed=2)
@@ -69,12 +74,12 @@ def test_records_rank_and_failures_have_no_latency(db_url):
 def test_target_isolation(db_url):
     """An avx2 record never answers an avx512 query."""
     storage = Storage(db_url)
-    avx2 = SqlDatabase(storage, _target("avx2"))
+    avx2 = _database(storage, _target("avx2"))
     mod = _mod()
     avx2.commit_measurement(_record(avx2, mod, [1e-5]), STATUS_OK, None)
     assert avx2.query_tuning_record(mod, _target("avx2"), "main") is not None
     assert avx2.query_tuning_record(mod, _target("avx512"), "main") is None
-    avx512 = SqlDatabase(storage, _target("avx512"))
+    avx512 = _database(storage, _target("avx512"))
     assert not avx512.has_workload(mod)
     assert avx512.best(mod) is None
     assert _tvm.ms.tir_integration.compile_tir(avx512, mod, _target("avx512")) is None
@@ -84,13 +89,13 @@ def test_target_isolation(db_url):
 def test_round_trip_close_and_reopen(tmp_path):
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     storage = Storage(url)
-    database = SqlDatabase(storage, _target("avx2"))
+    database = _database(storage, _target("avx2"))
     mod = _mod()
     database.commit_measurement(_record(database, mod, [2e-5], seed=4), STATUS_OK, None)
     database.commit_measurement(_record(database, mod, [1e-5], seed=5), STATUS_OK, None)
     best_before = database.best(mod)[1]
     storage.close()
-    reopened = SqlDatabase(Storage(url), _target("avx2"))
+    reopened = _database(Storage(url), _target("avx2"))
     best_after = reopened.best(mod)[1]
     assert (best_after.id, best_after.mean_us, best_after.trace_json) == (
         best_before.id, best_before.mean_us, best_before.trace_json)
@@ -98,19 +103,19 @@ def test_round_trip_close_and_reopen(tmp_path):
 
 def test_changed_tensorir_is_refused(db_url):
     storage = Storage(db_url)
-    database = SqlDatabase(storage, _target("avx2"))
+    database = _database(storage, _target("avx2"))
     mod = _mod()
     database.commit_workload(mod)
     other = _tvm.normalize_mod(
         get_family("uniform").compute(SPEC).with_attr("qcompile.extra", "changed"))
-    fresh = SqlDatabase(storage, _target("avx2"))
+    fresh = _database(storage, _target("avx2"))
     with pytest.raises(DatabaseError, match="different TensorIR"):
         fresh.register(other)
 
 
 def test_summaries_count_records(db_url):
     storage = Storage(db_url)
-    database = SqlDatabase(storage, _target("avx2"))
+    database = _database(storage, _target("avx2"))
     mod = _mod()
     database.commit_measurement(_record(database, mod, [1e-5], seed=6), STATUS_OK, None)
     database.commit_measurement(_record(database, mod, None, seed=7), STATUS_BUILD_ERROR, "x")
@@ -123,7 +128,7 @@ def test_summaries_count_records(db_url):
 def test_readonly_refuses_writes(tmp_path):
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     Storage(url)
-    readonly = SqlDatabase(Storage(url, readonly=True), _target("avx2"))
+    readonly = _database(Storage(url, readonly=True), _target("avx2"))
     with pytest.raises(DatabaseError, match="read-only"):
         readonly.register(_mod())
 
@@ -149,11 +154,11 @@ def test_records_of_another_tvm_series_do_not_answer(db_url):
     from tuning_db.database import default_provenance
 
     storage = Storage(db_url)
-    old = SqlDatabase(storage, _target("avx2"),
+    old = _database(storage, _target("avx2"),
                       provenance=replace(default_provenance(), tvm_version="0.26.0"))
     mod = _mod()
     old.commit_measurement(_record(old, mod, [1e-5], seed=1), STATUS_OK, None)
-    current = SqlDatabase(storage, _target("avx2"))
+    current = _database(storage, _target("avx2"))
     assert current.best(mod) is None and current.measured(mod) == 0
     current.commit_measurement(_record(current, mod, [2e-5], seed=2), STATUS_OK, None)
     assert current.best(mod)[1].mean_us == pytest.approx(20.0)

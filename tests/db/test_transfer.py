@@ -11,8 +11,8 @@ from qcompile.errors import DatabaseError
 from qcompile.kernels import UniformSpec, get_family
 from qcompile.testing.records import commit_records, uniform_trace
 from qcompile.trust import records
+from qcompile.trust.workloads import workload_database
 from tuning_db import Provenance, Storage, transfer
-from tuning_db.database import SqlDatabase
 from tuning_db.layers import Layers, open_layers
 
 SPEC = UniformSpec(k=256, n=128, bits=4, group_size=64)
@@ -45,7 +45,8 @@ def _fields(record):
 
 def test_jsonl_round_trip_is_exact_and_idempotent(db_url, tmp_path):
     source = Storage(f"sqlite:///{tmp_path / 'source.sqlite'}")
-    _fill(SqlDatabase(source, _target(), provenance=_alice()), {0: [3e-5], 1: [1e-5], 2: None})
+    _fill(workload_database(source, SPEC, _target(), provenance=_alice()),
+          {0: [3e-5], 1: [1e-5], 2: None})
     path = tmp_path / "records.jsonl"
     assert transfer.export_jsonl(source, path).line() == "1 workloads, 3 records"
     dest = Storage(db_url)
@@ -67,7 +68,7 @@ def test_jsonl_refuses_other_files(tmp_path):
 
 def test_metaschedule_export_reads_in_metaschedule(tmp_path):
     source = Storage(f"sqlite:///{tmp_path / 'source.sqlite'}")
-    mod = _fill(SqlDatabase(source, _target()), {0: [3e-5], 1: [1e-5], 2: None})
+    mod = _fill(workload_database(source, SPEC, _target()), {0: [3e-5], 1: [1e-5], 2: None})
     count = transfer.export_metaschedule(source, tmp_path / "ms")
     assert (count.workloads, count.records) == (1, 2)  # failures have no MetaSchedule form
     ms_db = _tvm.ms.database.JSONDatabase(
@@ -96,7 +97,7 @@ def test_metaschedule_import_from_metaschedule(db_url, tmp_path):
     dest = Storage(db_url)
     count = records.import_file(dest, ms_dir)
     assert (count.workloads, count.records, count.skipped) == (1, 2, 1)
-    best = SqlDatabase(dest, _target()).best(mod)
+    best = workload_database(dest, SPEC, _target()).best(mod)
     assert best is not None and best[1].mean_us == pytest.approx(5.0)
     assert best[0].name == SPEC.name()
     # and back out: the same latencies
@@ -108,10 +109,10 @@ def test_metaschedule_import_from_metaschedule(db_url, tmp_path):
 
 def test_merge_and_prune(db_url, tmp_path):
     other = Storage(f"sqlite:///{tmp_path / 'other.sqlite'}")
-    _fill(SqlDatabase(other, _target(), provenance=_alice()),
+    _fill(workload_database(other, SPEC, _target(), provenance=_alice()),
           {0: [5e-5], 1: [4e-5], 2: [3e-5], 3: None})
     dest = Storage(db_url)
-    mod = _fill(SqlDatabase(dest, _target()), {4: [2e-5], 5: [6e-5]})
+    mod = _fill(workload_database(dest, SPEC, _target()), {4: [2e-5], 5: [6e-5]})
     count = records.merge(other, dest)
     assert (count.workloads, count.records, count.duplicates) == (1, 4, 0)
     assert records.merge(other, dest).duplicates == 4
@@ -120,14 +121,15 @@ def test_merge_and_prune(db_url, tmp_path):
     assert dest.prune(3) == 3
     kept = sorted(r.mean_us for r in dest.records())
     assert kept == pytest.approx([20.0, 30.0, 40.0])  # the fastest three; the failure went
-    assert SqlDatabase(dest, _target()).best(mod)[1].mean_us == pytest.approx(20.0)
+    assert workload_database(dest, SPEC, _target()).best(mod)[1].mean_us == pytest.approx(20.0)
     with pytest.raises(ValueError, match="keep=0"):
         dest.prune(0)
 
 
 def test_layered_lookup_reads_shared_then_local_and_writes_local(db_url, tmp_path):
     shared_rw = Storage(db_url)
-    mod = _fill(SqlDatabase(shared_rw, _target(), provenance=_alice()), {0: [3e-5], 1: [2e-5]})
+    mod = _fill(workload_database(shared_rw, SPEC, _target(), provenance=_alice()),
+                {0: [3e-5], 1: [2e-5]})
     if db_url == "sqlite://":  # an in-memory database is private to its engine: reuse it
         shared = shared_rw
         shared.readonly = True
@@ -135,7 +137,7 @@ def test_layered_lookup_reads_shared_then_local_and_writes_local(db_url, tmp_pat
         shared = Storage(db_url, readonly=True)
     local = Storage(f"sqlite:///{tmp_path / 'local.sqlite'}")
     layers = Layers(writer=local, readers=[shared, local])
-    database = SqlDatabase(local, _target(), readers=layers.readers)
+    database = workload_database(local, SPEC, _target(), readers=layers.readers)
     info, best = database.best(mod)
     assert (best.user, best.mean_us, best.database) == ("alice", pytest.approx(20.0),
                                                         shared.display_url)
@@ -145,9 +147,10 @@ def test_layered_lookup_reads_shared_then_local_and_writes_local(db_url, tmp_pat
     assert database.best(mod)[1].database == local.display_url
     assert [float(r.run_secs[0]) for r in database.get_top_k(database.commit_workload(mod), 5)] \
         == [1e-5, 2e-5, 3e-5]
-    other = _tvm.normalize_mod(get_family("uniform").compute(UniformSpec(k=256, n=64)))
+    other_spec = UniformSpec(k=256, n=64)
+    other = _tvm.normalize_mod(get_family("uniform").compute(other_spec))
     with pytest.raises(DatabaseError, match="read-only"):
-        SqlDatabase(shared, _target()).register(other)
+        workload_database(shared, other_spec, _target()).register(other)
 
 
 def test_open_layers(tmp_path, monkeypatch):
