@@ -374,13 +374,13 @@ def db_option(display_url: str) -> str:
     Returns
     -------
     str
-        ``--db 'sqlite:////path/x.sqlite'``, or ``--db URL, where URL is
+        ``--db sqlite:////path/x.sqlite`` (shell-quoted where it needs it), or ``--db URL,
+        where URL is
         postgresql://alice:***@host/db with the secrets shown as *** put back (they are not
         printed)``.
     """
     if not is_redacted(display_url):
-        return f"--db '{display_url}'" if "'" not in display_url else \
-            f"--db {shlex.quote(display_url)}"
+        return f"--db {shlex.quote(display_url)}"
     if display_url == UNPARSEABLE:
         return "--db URL, where URL is the database URL you gave (not printed: it does not parse)"
     return (f"--db URL, where URL is {display_url} with the secrets shown as {MASK} put back "

@@ -16,6 +16,7 @@ from qcompile.build import build, build_untuned
 from qcompile.errors import LoadError, TargetUnavailableError
 from qcompile.kernels import UniformSpec, get_family
 from qcompile.measure import MeasurePolicy
+from qcompile.trust.seals import Sealer
 from qcompile.trust.workloads import workload_database
 from qcompile.tune import tune
 from schedules import space_generator
@@ -96,7 +97,9 @@ def test_search_yields_valid_candidates_that_build_and_replay(tmp_path):
         b.error_msg for b in built]
 
     storage = Storage(f"sqlite:///{tmp_path / 'tuning.sqlite'}")
-    database = workload_database(storage, spec, TARGET)
+    # Sealed as a tuner seals what it measures: a CUDA build on a host without a GPU can time
+    # nothing, so it builds only from records a seal vouches for (qcompile/trust/choice.py).
+    database = workload_database(storage, spec, TARGET, sealer=Sealer.load())
     workload = database.commit_workload(mod)
     # A real trace of the space; its latency is a placeholder (nothing can be timed here).
     record = _tvm.TuningRecord(candidates[0].sch.trace, workload, [1e-5], TARGET,
