@@ -13,9 +13,20 @@ from qcompile.callbacks import ProgressBuilder, ProgressRunner, RecordMeasuremen
 from qcompile.errors import TargetUnavailableError, UsageError
 from qcompile.kernels import family_of
 from qcompile.kernels.base import KernelSpec
-from qcompile.measure import MeasurePolicy, measure_modules, measuring_provenance
+from qcompile.measure import (
+    MeasurePolicy,
+    measure_modules,
+    measuring_provenance,
+    this_device_model,
+)
 from qcompile.progress import TuneProgress
-from qcompile.trust.choice import Candidate, store_measurement
+from qcompile.trust.choice import (
+    DEFAULT_TOP,
+    Candidate,
+    believe,
+    claimed_by,
+    store_measurement,
+)
 from qcompile.trust.seals import Sealer
 from qcompile.trust.workloads import workload_database
 from schedules import search_strategy, space_generator, space_kind
@@ -54,6 +65,9 @@ class TuneSummary:
     reused: int = 0
     #: Where the best record lives (URL, secrets masked), when it was reused.
     source: str = ""
+    #: When reused: how its latency is known ("sealed by the host key", or "claimed by ...,
+    #: not verified here": what ``qcompile build`` would re-measure).
+    how: str = ""
     #: Candidates measured while other processes kept the machine busy.
     busy: int = 0
     #: The most cores others kept busy during a batch.
@@ -69,7 +83,8 @@ class TuneSummary:
             return [
                 f"tuned {self.name} for {self.target}: 0 trials, reused {self.reused} records "
                 f"(--force tunes anyway)",
-                f"  best      {best}   {rate}   (record {self.record_id} in {self.source})",
+                f"  best      {best}   {rate}   (record {self.record_id} in {self.source}; "
+                f"{self.how})",
             ]
         resumed = f", after {self.reused} records already there" if self.reused else ""
         lines = [
@@ -174,16 +189,16 @@ def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: 
     progress.set_phase("reading the database")
     reused = 0 if force else database.measured(mod)
     if reused:
-        best = database.best(mod)
-        if best is not None and reused >= trials:
+        found = database.candidates(mod, DEFAULT_TOP)
+        if found and reused >= trials:
             log.info("%s: %d records already measured; 0 trials", spec.name(), reused)
-            best_us = best[1].mean_us
+            record, best_us, how = _reused_best(found, preset, sealer)
             progress.close(f"reused {reused} records")
             return TuneSummary(
                 name=spec.name(), target=preset.name, trials=0, failed=0, stored=0,
                 best_us=best_us, gbps=family.bytes_read(spec) / (best_us * 1e3),
-                record_id=best[1].id, elapsed_s=time.monotonic() - started,
-                database=layers.describe(), reused=reused, source=best[1].database)
+                record_id=record.id, elapsed_s=time.monotonic() - started,
+                database=layers.describe(), reused=reused, source=record.database, how=how)
         trials = max(1, trials - reused)
     progress.set_total(trials)
     database.register(mod)  # fail here, with our error, before MetaSchedule's FFI wraps it
@@ -226,6 +241,25 @@ def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: 
         max_other_load=recorder.max_other_load, remeasured=remeasured,
         remeasure_load=remeasure_load,
     )
+
+
+def _reused_best(found, preset, sealer: Sealer):
+    """The record a 0-trial tune reports, as ``build`` judges it: the fastest latency this host
+    believes (sealed for its device model); when none is believed, the fastest claim, said to
+    be one. Returns (record, latency in us, how it is known)."""
+    device_model = this_device_model(preset)
+    believed = []
+    for storage, _, record in found:
+        measurements = storage.measurements([record.id])[record.id]
+        belief = believe(record, measurements, sealer, device_model)
+        if belief is not None:
+            believed.append((belief.mean_us, record, belief))
+    if believed:
+        mean_us, record, belief = min(believed, key=lambda item: item[0])
+        return record, mean_us, f"sealed by the {belief.key}"
+    _, _, record = min(found, key=lambda item: item[2].mean_us)
+    return record, record.mean_us, (f"{claimed_by(record)}: not verified here, `qcompile "
+                                    "build` re-measures it")
 
 
 def _remeasure_best(database: SqlDatabase, mod, spec: KernelSpec, preset, target,

@@ -8,10 +8,12 @@ another host wrote into the shared database, a record tuned before seals existed
 Choosing among the ``top`` fastest valid records of a workload:
 
 1. If no claim beats the best believed latency, that record wins: nothing is measured.
-2. Otherwise, when this host can run the target, the claims that beat it, together with the
-   best believed record, are built and timed here in one run; the measurements are stored
-   (sealed, purpose "verify") and the fastest of this run wins. A fake 1 ns record is timed
-   like any other and loses on its real time.
+2. Otherwise, when this host can run the target, the claims that beat it, together with every
+   believed record among the ``top``, are built and timed here in one run; the measurements are
+   stored (sealed, purpose "verify") and the fastest of this run wins. A fake 1 ns record is
+   timed like any other and loses on its real time. All of them are timed because a machine's
+   speed drifts between runs: the stored measurements, the newest belief of each, then come
+   from one run, and the next build picks the same record without measuring.
 3. When this host cannot run the target (a CUDA build on a machine without a GPU, a CPU build
    ``--for-another-host``), only believed records may win; with none, the build stops and says
    how to verify them on a machine that can.
@@ -164,13 +166,13 @@ def choose(candidates: list[Candidate], *, label: str,
                           f"(sealed by the {best.belief.key}); {len(suspects)} faster claims "
                           f"were not verified because {cannot_measure_because}")
         claims = ", ".join(f"record {c.record.digest[:12]} ({c.record.mean_us:.3g} us, "
-                           f"{_claimed_by(c.record)})" for c in suspects)
+                           f"{claimed_by(c.record)})" for c in suspects)
         raise NoRecordError(
             f"{label}: no record's latency is verified for this machine type, and this host "
             f"cannot measure them ({cannot_measure_because}): {claims}. On a machine that runs "
             "the target, `qcompile db verify` re-measures and seals them (with the team key in "
             "$QCOMPILE_TEAM_KEY_FILE, for every machine that holds it)")
-    timed = suspects + ([best] if best is not None else [])
+    timed = suspects + sorted(believed, key=lambda c: c.belief.mean_us)
     results = measure(timed)
     ok = [(c, m) for c, m in zip(timed, results, strict=True) if m.run_secs]
     if not ok:
@@ -182,9 +184,10 @@ def choose(candidates: list[Candidate], *, label: str,
     return Choice(winner.workload, winner.record, measured.mean_us,
                   f"{measured.mean_us:.1f} us re-measured here against {len(timed) - 1} other "
                   f"candidates (claimed {winner.record.mean_us:.3g} us, "
-                  f"{_claimed_by(winner.record)})", remeasured=len(timed))
+                  f"{claimed_by(winner.record)})", remeasured=len(timed))
 
 
-def _claimed_by(record: RecordInfo) -> str:
+def claimed_by(record: RecordInfo) -> str:
+    """Who claims ``record``'s latency, for messages."""
     where = f"{record.user or '?'}@{record.host or '?'} on {record.device_model or '?'}"
     return f"claimed by {where}" if record.claimed else f"by {where}, not sealed for this host"
