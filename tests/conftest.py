@@ -135,7 +135,24 @@ def _cuda_skip_reason() -> str | None:
     return None
 
 
+# ---- slow: every test that tunes or builds a real kernel -------------------------------------
+
+#: Directories whose every test builds a real kernel (tests/cpu and tests/cuda build and run
+#: kernels, tests/codegen generates CUDA C and CPU code): marked slow here, once. Tests elsewhere
+#: that tune or build carry ``@pytest.mark.slow`` themselves. ``-m "not slow"`` is the fast subset.
+SLOW_DIRECTORIES = ("cpu", "cuda", "codegen")
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _mark_slow_directories(items):
+    for item in items:
+        relative = os.path.relpath(str(item.path), TESTS)
+        if relative.split(os.sep)[0] in SLOW_DIRECTORIES:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_collection_modifyitems(config, items):
+    _mark_slow_directories(items)
     cuda_items = [item for item in items if item.get_closest_marker("cuda")]
     if not cuda_items:
         return

@@ -143,13 +143,6 @@ def test_targets_lists_presets(env):
     assert cuda["tvm_target"]["arch"] == "sm_90" and cuda["hardware"]["sm_count"] == 132
 
 
-def test_readme_test_command_is_what_ci_runs():
-    root = Path(__file__).resolve().parents[2]
-    readme = (root / "README.md").read_text()
-    ci = (root / ".ci" / "run").read_text()
-    assert "python -m pytest" in readme and "python -m pytest" in ci
-
-
 def test_the_suggested_tune_command_names_the_same_spec():
     """Messages that say "run: qcompile tune ..." give flags the parser takes back to the spec."""
     import shlex

@@ -114,6 +114,7 @@ def _refusals(caplog) -> list[str]:
             if r.levelno == logging.WARNING and "pragma_import_llvm" in r.getMessage()]
 
 
+@pytest.mark.slow
 def test_hostile_record_is_skipped_and_build_takes_the_valid_one(setting, tmp_path, caplog):
     preset, hw, target = setting
     storage = Storage(f"sqlite:///{tmp_path / 'shared.sqlite'}")
@@ -149,6 +150,7 @@ def test_hostile_record_is_skipped_and_build_takes_the_valid_one(setting, tmp_pa
         _database(storage, target).replay(_mod(), record)
 
 
+@pytest.mark.slow
 def test_build_says_when_no_record_is_valid(setting, tmp_path, caplog):
     preset, hw, target = setting
     storage = Storage(f"sqlite:///{tmp_path / 'shared.sqlite'}")

@@ -388,6 +388,7 @@ def test_schema_upgrade_command_is_never_a_url_with_stars(tmp_path):
         Storage(plain)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Query string argument")
 def test_kernel_cache_hint_says_which_url_to_pass(tmp_path, avx2):
     from qcompile.kernel_cache import KernelCache
@@ -431,6 +432,7 @@ def _files_clean(path: Path) -> None:
         assert_clean(file.read_text(errors="replace"))
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Query string argument")
 def test_every_db_command_over_a_secret_sqlite_url(secret_source, tmp_path):
     url = secret_source.url

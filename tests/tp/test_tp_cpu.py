@@ -16,6 +16,8 @@ from qcompile.tp.mlp import reference_mlp
 from qcompile.tp.storage import save_mlp
 from qcompile.tp.synthetic import random_act_order_layer
 
+pytestmark = pytest.mark.slow
+
 K1, N1, N2, ROWS = 256, 512, 128, 2
 WORLD_SIZES = (1, 2, 4)
 
