@@ -289,7 +289,7 @@ HEURISTIC_N_LANES = 8
 #: 2-bit groups whose words each thread has in flight (one 128-bit load each).
 HEURISTIC_LOAD_GROUPS = 4
 #: Registers per thread the heuristic plans with (ptxas at 8192 x 28672: 48 for ``sync``,
-#: 62 for ``async``; ``tests/cpu/test_mixed_cuda.py`` checks the bound).
+#: 62 for ``async``; ``tests/codegen/test_mixed_cuda_codegen.py`` checks the bound).
 HEURISTIC_REGISTERS = 64
 #: The untuned kernel's dequantization order.
 HEURISTIC_ORDER = "sync"
