@@ -16,10 +16,16 @@ Each trial's measured latency is recorded in measurement order; the curve is the
 The check (issue 4): the guided space reaches within 10% of its final best at trial t_g; the
 default needs t_d trials to reach that same latency (or never does); it holds if t_g <= t_d / 3.
 
-    python tools/search_efficiency.py --shape 4096x4096 --trials 64 --json se.json --plot se.png
+    python tools/studies/search_efficiency.py --shape 4096x4096 --trials 64 \\
+        --json se.json --plot se.png
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # the repository: tools.harness
 
 import argparse
 import json

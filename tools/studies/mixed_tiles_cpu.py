@@ -14,20 +14,25 @@ float32 uniform 4-bit kernel. An int8 kernel without a record is the faster of i
 heuristic and a few fixed points of its space (t_u, n_blk around the seeds).
 
 The GPU run (tuning, the sync/async comparison, CUDA-graph timing) is
-tools/bench_mixed_cuda.py, for the GPU machine.
+tools/studies/mixed_cuda_sweep.py, for the GPU machine.
 
-    python tools/bench_mixed.py --target avx2 --shape 8192x28672 --json out.json
-    python tools/bench_mixed.py --target avx2 --shape 8192x28672 --activations float32,int8
+    python tools/studies/mixed_tiles_cpu.py --target avx2 --shape 8192x28672 --json out.json
+    python tools/studies/mixed_tiles_cpu.py --target avx2 --shape 8192x28672 \\
+        --activations float32,int8
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # the repository: tools.harness
 
 import argparse
 import json
 import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
 import torch
@@ -36,6 +41,7 @@ import targets
 from qcompile import _tvm
 from qcompile.kernels import MixedSpec, UniformSpec, get_family
 from qcompile.tensors import kernel_ready
+from tools.harness.cpu_timing import time_calls
 
 OUTLIER_SHARES = (0.0, 0.002, 0.005, 0.015)
 #: The fused kernel's outlier share the issue's bandwidth goal names.
@@ -152,15 +158,6 @@ def _cpu_candidates(spec, preset, hw, tiles, storage, out_dir) -> list[tuple]:
     return candidates
 
 
-def _time(fn, calls: int) -> float:
-    for _ in range(2):
-        fn()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - start) / calls
-
-
 def bench_cpu(args) -> dict:
     preset = targets.get(args.target)
     hw = preset.hardware()
@@ -190,7 +187,8 @@ def bench_cpu(args) -> dict:
                 prepared = family.prepare(spec, **tensors, layout=layout)
             else:
                 prepared = family.prepare(spec, **tensors)
-            seconds = min(_time(lambda f=function, p=prepared, o=y: f(x, *p.tensors, o), 3)
+            seconds = min(time_calls(lambda f=function, p=prepared, o=y: f(x, *p.tensors, o),
+                                     3, warmup=2)
                           for _ in range(3))
             if best is None or seconds < best[0]:
                 best = (seconds, function, desc, prepared)
@@ -199,8 +197,9 @@ def bench_cpu(args) -> dict:
     samples = {label: [] for label in chosen}
     for _ in range(args.rounds):
         for label, (_, prepared, y, function, _) in chosen.items():
-            samples[label].append(_time(lambda f=function, p=prepared, o=y: f(x, *p.tensors, o),
-                                        args.calls))
+            samples[label].append(time_calls(
+                lambda f=function, p=prepared, o=y: f(x, *p.tensors, o),
+                                        args.calls, warmup=2))
     rows = []
     for label, (spec, _, _, _, desc) in chosen.items():
         median = statistics.median(samples[label])

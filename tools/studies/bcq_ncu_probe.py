@@ -1,6 +1,7 @@
 """Run exported BCQ kernels a few times each, for Nsight Compute (no timing, no reference).
 
-``tools/bench_bcq_cuda.py --variants grid --export-best DIR`` leaves the fastest variants' builds
+``tools/studies/bcq_cuda_sweep.py --variants grid --export-best DIR`` leaves the fastest
+variants' builds
 in ``DIR/<rank>_<variant>/``; this loads each ``.so`` there (``qcompile.load``), makes random
 BCQ operands of its spec once, and calls it ``--calls`` times: every call is two launches, the
 lookup kernel ``bcq_..._kernel`` and the slice sum ``bcq_..._kernel_1``. The order of the
@@ -12,13 +13,18 @@ On the GPU machine, after the sweep in the same call::
     ncu --clock-control none -k regex:bcq --launch-count 40 \\
         --section SpeedOfLight --section Occupancy --section LaunchStats \\
         --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \\
-        python tools/bcq_ncu_probe.py /tmp/bcq_best --calls 2 > $OUT/bcq_ncu.txt 2>&1
+        python tools/studies/bcq_ncu_probe.py /tmp/bcq_best --calls 2 > $OUT/bcq_ncu.txt 2>&1
 
 (ncu flushes the caches before every profiled launch and replays it once per pass, about a
 second each: 4 variants x 2 calls x 2 kernels = 16 launches, well inside a minute.)
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # the repository: tools.harness
 
 import argparse
 import sys

@@ -9,11 +9,17 @@ started only while the budget leaves time for it (the longest one so far is the 
 summary line per workload says what was tuned, skipped or failed. Records then travel to the team
 database with ``qcompile db export`` there and ``qcompile db import`` here (README, "CUDA").
 
-    python tools/tune_cuda.py --db sqlite:////tmp/qc/tuning.sqlite --trials 32 --budget-s 480 \\
+    python tools/studies/tune_cuda.py --db sqlite:////tmp/qc/tuning.sqlite --trials 32 \\
+        --budget-s 480 \\
         --shapes 8192x28672,28672x8192,8192x8192,4096x4096 --batches 1,16,4 --json summary.json
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # the repository: tools.harness
 
 import argparse
 import json

@@ -10,11 +10,17 @@ machine's copy bandwidth with the same threads, and the instructions of each ker
 per weight (read from its generated assembly: the loop body's instructions divided by the
 weights one trip covers), which is what decides the race when neither is memory-bound.
 
-    python tools/bench_bcq.py --shapes 4096x11008,8192x28672 --bits 2,3,4 --threads 2 \\
+    python tools/studies/bcq_vs_uniform_cpu.py --shapes 4096x11008,8192x28672 --bits 2,3,4 \\
+        --threads 2 \\
         --json tools/results/bcq_cpu.json
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # the repository: tools.harness
 
 import argparse
 import json
@@ -22,7 +28,6 @@ import os
 import re
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +59,7 @@ from qcompile.formats.bcq import unpack_planes  # noqa: E402
 from qcompile.kernels import BcqSpec, UniformSpec, get_family  # noqa: E402
 from schedules.cpu import bcq as cpu_bcq  # noqa: E402
 from schedules.cpu import uniform as cpu_uniform  # noqa: E402
+from tools.harness.bandwidth import cpu_copy  # noqa: E402
 
 UNIFORM = get_family("uniform")
 BCQ = get_family("bcq")
@@ -151,20 +157,6 @@ def bcq_reference(spec: BcqSpec, tensors: dict, x: np.ndarray, cols: int) -> np.
     return x.astype(np.float64) @ weight
 
 
-def copy_bandwidth(threads: int, nbytes: int = 512 << 20) -> float:
-    """GB/s of a torch copy (read + write) of ``nbytes`` with ``threads`` threads, median of 5."""
-    torch.set_num_threads(threads)
-    src = torch.ones(nbytes // 4)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        times.append(time.perf_counter() - t0)
-    return 2 * nbytes / statistics.median(times) / 1e9
-
-
 class Candidate:
     def __init__(self, label, family, spec, lib, tensors, profile):
         self.label, self.family, self.spec, self.profile = label, family, spec, profile
@@ -242,7 +234,7 @@ def main() -> int:
     preset = targets.get(args.target)
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
-    copy = copy_bandwidth(args.threads)
+    copy = cpu_copy(args.threads)["gbps"]
     print(f"{args.target}, {args.threads} threads: copy bandwidth {copy:.1f} GB/s "
           f"(load average {os.getloadavg()[0]:.1f})", flush=True)
     rows = []

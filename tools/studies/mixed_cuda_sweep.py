@@ -9,19 +9,19 @@
    "knobs": {...}}``); the variants are built in a process pool (``--jobs``) and the best of each
    order is reported.
 3. Every kernel is checked against a float64 reference (random valid operands, output poisoned)
-   and timed like tools/bench_cuda.py: CUDA graphs of back-to-back calls, weights rotating over
+   and timed by tools/harness/cuda_timing.py: CUDA graphs of back-to-back calls, weights rotating
    enough copies to exceed the L2 three times, interleaved rounds, medians.
 
 The summary gives the fused (0.2%) kernel's effective bandwidth (bytes read / time) as a share of
 the uniform 4-bit kernel's, the latency at each outlier share relative to none, and sync vs
 async.
 
-    python tools/bench_mixed_cuda.py --db sqlite:////tmp/qc/mixed.sqlite --tune-trials 32 \\
+    python tools/studies/mixed_cuda_sweep.py --db sqlite:////tmp/qc/mixed.sqlite --tune-trials 32 \\
         --shape 8192x28672 --json $OUT/mixed_h200.json
 
 The sweep alone (uniform 4-bit, the mixed heuristic and the grid; no tuning, a few minutes):
 
-    python tools/bench_mixed_cuda.py --sweep-only --shape 8192x28672 --json $OUT/mixed.json
+    python tools/studies/mixed_cuda_sweep.py --sweep-only --shape 8192x28672 --json $OUT/mixed.json
 
 ``--activations float32,int8`` runs every workload and the sweep for each kind of x: ``int8``
 takes the dp4a kernels (x rounded to int8 per row and group: uniform/compute_cuda_int8.py,
@@ -30,6 +30,11 @@ bandwidth share compares the int8 kernels with each other (label suffix " x int8
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # the repository: tools.harness
 
 import argparse
 import itertools
@@ -44,18 +49,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from bench_cuda import Timed, copies_for, prepare_all
 
-import qcompile
 import targets
 from qcompile import _tvm
-from qcompile.build import build, build_untuned
 from qcompile.cli import parse_shape
-from qcompile.errors import NoRecordError
 from qcompile.kernels import MixedSpec, UniformSpec, get_family
 from qcompile.kernels.mixed import layout as weight_layout
 from schedules.cuda import mixed as cuda_mixed
 from schedules.cuda import mixed_int8 as cuda_mixed_int8
+from tools.harness.cuda_timing import GraphTimer as Timed
+from tools.harness.cuda_timing import copies_for, prepare_all
+from tools.harness.loading import load
 from tuning_db import Storage
 
 OUTLIER_SHARES = (0.0, 0.002, 0.005, 0.015)
@@ -89,7 +93,7 @@ def reference_of(spec, x: np.ndarray, tensors: dict) -> np.ndarray:
         return family.reference(spec, x, **tensors)
     if spec.family == "mixed":
         return family.kernel_reference(spec, x, **tensors)
-    from qcompile.kernels.uniform.compute_int8 import quantized_activations
+    from tools.harness.product import quantized_activations
 
     weight = family.reference_weight(spec, **tensors).astype(np.float64)
     return quantized_activations(x, spec.group_size) @ weight
@@ -98,19 +102,6 @@ def reference_of(spec, x: np.ndarray, tensors: dict) -> np.ndarray:
 def space_of(spec: MixedSpec):
     """The CUDA design-space module of ``spec`` (float or int8 activations)."""
     return cuda_mixed_int8 if spec.int8_activations else cuda_mixed
-
-
-def load_kernel(spec, preset, storage, out_dir: Path):
-    """(qcompile Kernel, origin): the database's best record, else the untuned heuristic."""
-    if storage is not None:
-        try:
-            result = build(spec, preset, out_dir, storage=storage)
-            return qcompile.load(result.so_path), {
-                "source": "tuned", "record": result.record_id, "tuned_us": result.tuned_us}
-        except NoRecordError:
-            pass
-    result = build_untuned(spec, preset, out_dir)
-    return qcompile.load(result.so_path), {"source": "untuned heuristic"}
 
 
 #: The built-in sweep: {layout: (k_lanes, n_lanes, load_groups) grids}; every order of
@@ -345,7 +336,7 @@ def main(argv=None) -> int:
         swept = sweep[_suffix(label)] if spec == sweep_specs[_suffix(label)] else None
         tensors = (swept["tensors"] if swept
                    else get_family(spec.family).example_tensors(spec, rng))
-        kernel, origin = load_kernel(spec, preset, storage, out_dir)
+        kernel, origin = load(spec, preset.name, db=args.db)
         t, error = timed_kernel(label, kernel.function, spec, x, l2, tensors, kernel,
                                 reference=swept["reference"] if swept else None)
         timed.append(t)

@@ -4,10 +4,15 @@ Random 2/3/4-bit g=128 GPTQ layers (round-to-nearest), converted exactly into BC
 through both CPU kernels (fixed design points) on the same activations; prints the maximum
 difference relative to the uniform kernel's largest output, per bit width and mu.
 
-    python tools/check_bcq_equivalence.py
+    python tools/studies/check_bcq_equivalence.py
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # the repository: tools.harness
 
 import numpy as np
 import torch

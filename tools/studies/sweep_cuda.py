@@ -1,15 +1,16 @@
 """Time chosen points of the uniform family's CUDA design space on a GPU, in one run: the
 untuned heuristic against hand-picked sketches and knobs, per shape and M.
 
-What ``tools/tune_cuda.py`` does by sampling, this does by enumeration, for the decisions behind
+What ``tools/studies/tune_cuda.py`` does by sampling, this does by enumeration, for the decisions
+behind
 the heuristic (``schedules.cuda.uniform.heuristic_knobs``): every variant is built with its knobs
 pinned (``uniform.sketch(..., fixed=knobs)``) in a pool of processes, each ``.so`` compiled for
 this GPU as it is built, then each is checked against the float64 reference and timed the way
-``tools/bench_cuda.py`` times (CUDA graphs of back-to-back calls over weight copies that exceed
+tools/harness/cuda_timing.py times (CUDA graphs of back-to-back calls over weight copies that exceed
 the L2 three times, medians of interleaved rounds).
 
-    python tools/sweep_cuda.py --json sweep.json
-    python tools/sweep_cuda.py --shapes 8192x28672 --batches 1 --variants variants.json
+    python tools/studies/sweep_cuda.py --json sweep.json
+    python tools/studies/sweep_cuda.py --shapes 8192x28672 --batches 1 --variants variants.json
 
 ``--activations int8`` sweeps the int8-activation kernels (schedules/cuda/uniform_int8.py)
 instead, checked against the product of the int8-rounded x.
@@ -20,6 +21,11 @@ without it the built-in list below is used.
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # the repository: tools.harness
 
 import argparse
 import json
@@ -90,9 +96,8 @@ def _space(spec):
 
 def _build(job: dict) -> dict:
     """Build one variant (in a worker process): the .so path, or the error."""
-    from cuda_variant import build_variant
-
     from qcompile.kernels import UniformSpec
+    from tools.harness.variants import build_variant
 
     def schedule(sch, spec, hw):
         space = _space(spec)
@@ -146,11 +151,13 @@ def time_all(built: list[dict], rounds: int) -> list[dict]:
     """Check and time every built variant; weights shared by the variants of one spec."""
     import numpy as np
     import torch
-    from bench_cuda import Timed, copies_for, prepare_all, random_layer
 
     import qcompile
     from qcompile.kernels import UniformSpec, family_of
-    from qcompile.kernels.uniform.compute_int8 import quantized_activations
+    from tools.harness.cuda_timing import GraphTimer as Timed
+    from tools.harness.cuda_timing import copies_for, prepare_all
+    from tools.harness.product import quantized_activations
+    from tools.harness.reference import dense_weight
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rng = np.random.default_rng(0)
@@ -161,8 +168,8 @@ def time_all(built: list[dict], rounds: int) -> list[dict]:
     for (k, n, m, int8), jobs in by_spec.items():
         spec = UniformSpec(k=k, n=n, m=m, int8_activations=int8)
         family = family_of(spec)
-        layer = random_layer(spec, rng)
-        weight = torch.from_numpy(layer.dequantize()).cuda()
+        tensors = family.example_tensors(spec, rng)
+        weight = torch.from_numpy(dense_weight(spec, tensors)).cuda()
         x = torch.randn(m, k, device="cuda")
         x_used = x
         if int8:  # what the kernel multiplies: x rounded to int8 per row and group
@@ -179,8 +186,7 @@ def time_all(built: list[dict], rounds: int) -> list[dict]:
             try:
                 kernel = qcompile.load(job["so"])
                 if prepared is None:
-                    prepared = kernel.prepare(qweight=layer.qweight, scales=layer.scales,
-                                              qzeros=layer.qzeros)
+                    prepared = kernel.prepare(**tensors)
                     copies = [prepared.tensors] + [
                         tuple(t.clone() for t in prepared.tensors)
                         for _ in range(copies_for(prepared.nbytes(), l2) - 1)]

@@ -6,11 +6,12 @@ first FFN layer per the paper's Table 2), M = 1. The weights are random 3-bit GP
 converted exactly into BCQ (eq. 5), so one float64 reference checks both. For every mu given,
 the kernel is tuned by ``qcompile.tune`` (MetaSchedule over the CUDA space, candidates compiled
 by NVRTC and timed on the GPU) into ``--db`` (a local SQLite file), then built from the best
-record, loaded through ``qcompile.load`` and timed exactly like tools/bench_cuda.py times its
+record, loaded through ``qcompile.load`` and timed by tools/harness/cuda_timing.py like
 kernels: CUDA graphs of back-to-back calls, weights rotating among copies worth three L2s,
 interleaved rounds, medians; fp16 linear is timed in the same rounds.
 
-    PYTHONPATH=/tmp/tvmsite:$PWD python tools/bench_bcq_cuda.py --db sqlite:////tmp/qc/bcq.sqlite \\
+    PYTHONPATH=/tmp/tvmsite:$PWD python tools/studies/bcq_cuda_sweep.py \\
+        --db sqlite:////tmp/qc/bcq.sqlite \\
         --mus 4,8 --trials 32 --json $OUT/bcq_h200.json
 
 ``--variants grid`` (or a JSON file) sweeps pinned points of the CUDA design space instead of
@@ -22,15 +23,21 @@ linear; the best per mu is printed and the JSON holds every variant. ``grid`` is
 (``words_inner``, ``sums_first`` optional, false by default). Variants are loaded
 until ``--budget-s`` has passed since the start, so a run stays inside its time limit:
 
-    PYTHONPATH=/tmp/tvmsite:$PWD python tools/bench_bcq_cuda.py --variants grid --rounds 30 \\
+    PYTHONPATH=/tmp/tvmsite:$PWD python tools/studies/bcq_cuda_sweep.py --variants grid \\
+        --rounds 30 \\
         --json $OUT/bcq_sweep.json --export-best /tmp/bcq_best 2>&1 | tee $OUT/bcq_sweep.log
 
 ``--export-best DIR`` copies the fastest variants' builds (and the heuristic's) to
-``DIR/<rank>_<variant>/``; ``tools/bcq_ncu_probe.py`` loads them and calls each a few times,
+``DIR/<rank>_<variant>/``; ``tools/studies/bcq_ncu_probe.py`` loads them and calls each a few times,
 for Nsight Compute (its docstring has the ncu command line).
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # the repository: tools.harness
 
 import argparse
 import json
@@ -54,7 +61,9 @@ from qcompile.errors import NoRecordError
 from qcompile.formats.gptq import quantize_rtn
 from qcompile.kernels import BcqSpec, family_of
 from qcompile.tune import tune
-from tools.bench_cuda import Timed, copies_for, copy_bandwidth, prepare_all
+from tools.harness.bandwidth import cuda_copy as copy_bandwidth
+from tools.harness.cuda_timing import GraphTimer as Timed
+from tools.harness.cuda_timing import copies_for, prepare_all
 from tuning_db import Storage
 
 TARGET_SPEEDUP = 3.0
@@ -188,7 +197,7 @@ def _build_variant(job: dict) -> dict:
     from qcompile.kernels.bcq.compute import bcq_compute
     from schedules.cuda import bcq as cuda_bcq
     from schedules.cuda import bcq_rotated
-    from tools.cuda_variant import build_variant
+    from tools.harness.variants import build_variant
 
     if job.get("rotated"):
         return build_variant(job, lambda: BcqSpec(**job["spec"]),
@@ -337,7 +346,8 @@ def slug(v: dict) -> str:
 def export_best(rows: list[dict], out_dir: str, count: int) -> list[Path]:
     """Copy the ``count`` fastest correct variants' builds (the .so, its manifest, the CUDA
     source and the TensorIR: what ``qcompile.load`` needs) to ``out_dir/<rank>_<slug>/``, for
-    tools/bcq_ncu_probe.py to run under Nsight Compute; the heuristic's is added if it is not
+    tools/studies/bcq_ncu_probe.py to run under Nsight Compute; the heuristic's is added if it is
+    not
     among them."""
     good = sorted((r for r in rows if "us" in r and r["max_rel_error"] < 1e-4),
                   key=lambda r: r["us"])
@@ -374,7 +384,7 @@ def main(argv=None) -> int:
                         help="--variants: load no new variant after this many seconds")
     parser.add_argument("--export-best", metavar="DIR",
                         help="--variants: copy the fastest variants' .so (and the heuristic's) "
-                             "to DIR/<rank>_<variant>/ for tools/bcq_ncu_probe.py")
+                             "to DIR/<rank>_<variant>/ for tools/studies/bcq_ncu_probe.py")
     parser.add_argument("--export-count", type=int, default=3,
                         help="--variants: how many of the fastest --export-best copies (3)")
     args = parser.parse_args(argv)

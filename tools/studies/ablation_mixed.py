@@ -22,10 +22,15 @@ Methods, on the same layers and calibration data:
 Errors are pooled over layers: weight error ||W - Ŵ||_F / ||W||_F and held-out output error
 ||X(W - Ŵ)||² / ||XW||².
 
-    python tools/ablation_mixed.py [--layers 8] [--shape 1024x1024] [--json PATH]
+    python tools/studies/ablation_mixed.py [--layers 8] [--shape 1024x1024] [--json PATH]
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # the repository: tools.harness
 
 import argparse
 import json

@@ -1,7 +1,7 @@
 """CUDA kernels exported on a machine without a GPU, then loaded and checked on one.
 
-    python tools/cuda_prebuilt.py build DIR     # here, no GPU: export kernels into DIR
-    python tools/cuda_prebuilt.py check DIR     # on the GPU machine: load each, compare
+    python tools/studies/cuda_prebuilt.py build DIR     # here, no GPU: export kernels into DIR
+    python tools/studies/cuda_prebuilt.py check DIR     # on the GPU machine: load each, compare
 
 ``build`` exports the uniform family's CUDA kernels for every bit width, a few group sizes and
 M = 1, 4, 16, with float and int8 activations (the best record of ``--db`` when it has one,
@@ -14,6 +14,11 @@ kernels, the product of the int8-rounded x they multiply); it prints a line per 
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # the repository: tools.harness
 
 import argparse
 import sys
@@ -66,7 +71,7 @@ def check_all(directory: Path) -> int:
 
     import qcompile
     from qcompile.kernels import family_of
-    from qcompile.kernels.uniform.compute_int8 import quantized_activations
+    from tools.harness.product import quantized_activations
 
     failures = 0
     libraries = sorted(directory.glob("*.so"))
