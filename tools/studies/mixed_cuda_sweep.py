@@ -10,7 +10,7 @@
    order is reported.
 3. Every kernel is checked against a float64 reference (random valid operands, output poisoned)
    and timed by tools/harness/cuda_timing.py: CUDA graphs of back-to-back calls, weights rotating
-   enough copies to exceed the L2 three times, interleaved rounds, medians.
+   over enough copies to exceed the L2 three times, interleaved rounds, medians.
 
 The summary gives the fused (0.2%) kernel's effective bandwidth (bytes read / time) as a share of
 the uniform 4-bit kernel's, the latency at each outlier share relative to none, and sync vs
