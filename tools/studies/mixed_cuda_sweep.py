@@ -241,6 +241,34 @@ def _summary(rows: dict, suffix: str) -> dict:
     }
 
 
+def self_check() -> int:
+    """The sweep's grid holds the heuristic of each order first and only candidate knobs; its
+    variants build in a process pool, a non-candidate knob failing with the reason. Needs no GPU
+    (was a test in tests/cpu/test_mixed_cuda.py: tests never import tools)."""
+    preset = targets.get("cuda")
+    hw = preset.hardware()
+    spec = MixedSpec(k=8192, n=28672)
+    variants = variants_grid(spec, preset)
+    cands = cuda_mixed.knob_candidates(spec)
+    for order in cuda_mixed.ORDERS:
+        mine = [v for v in variants if cuda_mixed.split_sketch(v["sketch"])[0] == order]
+        name, knobs = cuda_mixed.heuristic_knobs(spec, hw, order)
+        assert mine[0] == {"sketch": name, "knobs": knobs}, mine[0]
+        assert {v["sketch"] for v in mine} == {order, order + cuda_mixed.K_WARPS}
+    assert all(v["knobs"][k] in cands[k] for v in variants for k in cands)
+    assert len(variants) == len({str(v) for v in variants}) <= 48  # a few minutes on the GPU
+    small = MixedSpec(k=1024, n=256)
+    knobs = {"k_lanes": 4, "n_lanes": 8, "load_groups": 1, "unroll": 64}
+    chosen = [{"sketch": "sync+k_warps", "knobs": {**knobs, "load_groups": 4}},
+              {"sketch": "async", "knobs": {**knobs, "k_lanes": 3}}]
+    built = build_variants([small, small], preset, chosen,
+                           Path(tempfile.mkdtemp(prefix="qcompile-mixed-check-")), jobs=2)
+    assert Path(built[0]["so"]).is_file(), built[0]
+    assert "k_lanes=3 is not a candidate" in built[1]["error"], built[1]
+    print(f"self-check: {len(variants)} grid variants valid; the pool builds and reports")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="cuda")
@@ -267,7 +295,11 @@ def main(argv=None) -> int:
                              "float32)")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--self-check", action="store_true",
+                        help="check the built-in grid and the build pool (no GPU) and exit")
     args = parser.parse_args(argv)
+    if args.self_check:
+        return self_check()
     preset = targets.get(args.target)
     if preset.kind != "cuda" or not torch.cuda.is_available():
         parser.error("this tool runs on a GPU machine with a CUDA preset")
