@@ -61,7 +61,7 @@ def test_cli_tune_and_build_explain_themselves(tmp_path):
     cli = [sys.executable, "-m", "qcompile.cli"]
     tuned = subprocess.run(cli + ["tune", "--target", "cuda", "--shape", "256x256"], env=env,
                            capture_output=True, text=True, timeout=300)
-    assert tuned.returncode == 2 and "tools/tune_cuda.py" in tuned.stderr
+    assert tuned.returncode == 2 and "tools/studies/tune_cuda.py" in tuned.stderr
     built = subprocess.run(cli + ["build", "--target", "cuda", "--shape", "256x256", "--out",
                                   str(tmp_path / "out")], env=env, capture_output=True, text=True,
                            timeout=300)

@@ -138,36 +138,6 @@ def test_heuristic_registers_leave_half_occupancy():
     assert report["spill_stores"] == report["stack_bytes"] == 0
 
 
-def test_sweep_grid_and_pool_build(tmp_path, monkeypatch):
-    """tools/bench_mixed_cuda.py's sweep: the grid holds the heuristic of each order first and
-    only candidate knobs; its variants build in a process pool (the GPU run times them)."""
-    import pathlib
-    import sys
-
-    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parents[2] / "tools"))
-    sys.modules.pop("bench_mixed_cuda", None)
-    import bench_mixed_cuda
-
-    spec = MixedSpec(k=8192, n=28672)
-    variants = bench_mixed_cuda.variants_grid(spec, PRESET)
-    cands = cuda_mixed.knob_candidates(spec)
-    for order in cuda_mixed.ORDERS:
-        mine = [v for v in variants if cuda_mixed.split_sketch(v["sketch"])[0] == order]
-        name, knobs = cuda_mixed.heuristic_knobs(spec, HW, order)
-        assert mine[0] == {"sketch": name, "knobs": knobs}
-        assert {v["sketch"] for v in mine} == {order, order + cuda_mixed.K_WARPS}
-    assert all(v["knobs"][k] in cands[k] for v in variants for k in cands)
-    assert len(variants) == len({str(v) for v in variants}) <= 48  # a few minutes on the GPU
-
-    small = MixedSpec(k=1024, n=256)
-    chosen = [{"sketch": "sync+k_warps", "knobs": WARPS},
-              {"sketch": "async", "knobs": {**KNOBS, "k_lanes": 3}}]
-    built = bench_mixed_cuda.build_variants([small, small], PRESET, chosen, tmp_path / "v",
-                                            jobs=2)
-    assert pathlib.Path(built[0]["so"]).is_file()
-    assert "k_lanes=3 is not a candidate" in built[1]["error"]
-
-
 @pytest.mark.parametrize("order", cuda_mixed.ORDERS)
 def test_h200_heuristic_knobs_emulated_at_full_k(order):
     """The untuned knobs of 8192 x 28672 (either order), at its K with a small N."""

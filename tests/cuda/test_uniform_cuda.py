@@ -2,7 +2,7 @@
 
 Run on the GPU machine with ``python -m pytest -m cuda tests/cuda``. Kernels built there embed
 code compiled for that GPU; ``test_kernels_exported_without_a_gpu`` checks kernels exported on a
-machine without one (tools/cuda_prebuilt.py build, carried over in QCOMPILE_PREBUILT_CUDA).
+machine without one (tools/studies/cuda_prebuilt.py build, carried over in QCOMPILE_PREBUILT_CUDA).
 """
 
 import os
@@ -76,7 +76,7 @@ def test_activation_on_the_wrong_device_is_refused(tmp_path):
 
 @pytest.mark.skipif(not os.environ.get("QCOMPILE_PREBUILT_CUDA"),
                     reason="set QCOMPILE_PREBUILT_CUDA to a directory of kernels exported on a "
-                           "machine without a GPU (tools/cuda_prebuilt.py build)")
+                           "machine without a GPU (tools/studies/cuda_prebuilt.py build)")
 def test_kernels_exported_without_a_gpu():
     libraries = sorted(Path(os.environ["QCOMPILE_PREBUILT_CUDA"]).glob("*.so"))
     assert libraries

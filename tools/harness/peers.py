@@ -1,0 +1,210 @@
+"""The kernels we compare with, at the same K x N and M, checked like ours before timing.
+
+CPU: ``fp32`` (torch's fp32 GEMV/GEMM on the dequantized weight: ``torch.mv`` at M = 1, else
+``F.linear``), ``torch_int4`` (``torch.ops.aten._weight_int4pack_mm_for_cpu``: 4-bit g128,
+bfloat16 activations) and ``llama.cpp`` (when its Python binding is installed; not wired yet:
+reported as unavailable). GPU: ``fp16_linear`` (``torch.nn.functional.linear``), ``torch_int4``
+(``torch._weight_int4pack_mm``, bfloat16 activations) and ``humming`` (vLLM's humming-kernels,
+GPTQ 4-bit g128, fp16; tools/README.md says how to bring its wheels to the GPU machine).
+
+Each peer is a function ``(weight, x, rng) -> Peer`` of the dense fp32 weight [K, N] (the family's
+own weight, dequantized: torch tensor on the device) and x [M, K]. The int4 peers quantize that
+weight to 4-bit g128 (round to nearest, the uniform family's quantizer) and are checked against
+the float64 product of *their* dequantized weight; a peer that cannot run here raises
+:class:`Unavailable` with the reason, which the result records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+INT4_GROUP = 128
+CPU_PEERS = ("fp32", "torch_int4", "llama.cpp")
+CUDA_PEERS = ("fp16_linear", "torch_int4", "humming")
+
+
+class Unavailable(Exception):
+    """This peer cannot run here (missing package, unsupported shape): the message says why."""
+
+
+@dataclasses.dataclass
+class Peer:
+    name: str
+    call: Callable[[], object]          # one call, output written or returned
+    output: Callable[[], object]       # a call that returns the output [M, N] for the check
+    expected: np.ndarray               # float64 [M, N] of this peer's operands
+    precision: str                     # reference.TOLERANCE key
+    bytes_read: int
+    #: operands to rotate past the L2 (GPU): a list of zero-argument calls, one per copy
+    rotating_calls: list | None = None
+
+
+def _int4_layer(weight_kn: np.ndarray, rng) -> tuple[dict, np.ndarray]:
+    """(GPTQ tensors of ``weight_kn`` quantized to 4-bit g128, their dequantized weight)."""
+    from qcompile.kernels import UniformSpec, get_family
+
+    k, n = weight_kn.shape
+    if k % INT4_GROUP:
+        raise Unavailable(f"K={k} is not a multiple of the int4 group {INT4_GROUP}")
+    spec = UniformSpec(k=k, n=n, bits=4, group_size=INT4_GROUP)
+    family = get_family("uniform")
+    tensors = family.example_tensors(spec, rng)
+    return tensors, family.reference_weight(spec, **tensors).astype(np.float64)
+
+
+def _int4_operands(tensors: dict, k: int, n: int):
+    """(codes [N, K] uint8, scales [G, N] float32, zero offsets [G, N] float32): torch
+    dequantizes ``(q - 8) * scale + zero``; GPTQ's ``(q - z) * s`` is that with
+    ``zero = (8 - z) * s``."""
+    from tools.harness.product import gptq_codes, gptq_zeros
+
+    codes = gptq_codes(tensors["qweight"], 4, k).T.astype(np.uint8)
+    zeros = gptq_zeros(tensors["qzeros"], 4, n)
+    scales = tensors["scales"].astype(np.float32)
+    return np.ascontiguousarray(codes), scales, (8 - zeros).astype(np.float32) * scales
+
+
+# ---------------------------------------------------------------------------------------- CPU
+
+def cpu_fp32(weight, x, rng) -> Peer:
+    import torch
+
+    w_nk = weight.T.contiguous()
+    expected = x.double().numpy() @ weight.double().numpy()
+    if x.shape[0] == 1:
+        v = x[0].contiguous()
+        return Peer("fp32", lambda: torch.mv(w_nk, v), lambda: torch.mv(w_nk, v)[None],
+                    expected, "float32", w_nk.nbytes + v.nbytes)
+    return Peer("fp32", lambda: torch.nn.functional.linear(x, w_nk),
+                lambda: torch.nn.functional.linear(x, w_nk), expected, "float32",
+                w_nk.nbytes + x.nbytes)
+
+
+def cpu_torch_int4(weight, x, rng) -> Peer:
+    import torch
+
+    k, n = weight.shape
+    tensors, w4 = _int4_layer(weight.numpy(), rng)
+    codes, scales, zeros = _int4_operands(tensors, k, n)
+    try:
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+            torch.from_numpy(codes.astype(np.int32)), 1)
+    except (RuntimeError, AttributeError) as error:
+        raise Unavailable(f"torch int4 CPU kernel: {str(error).splitlines()[0][:160]}") from None
+    pairs = torch.stack([torch.from_numpy(scales), torch.from_numpy(zeros)], dim=2).to(
+        torch.bfloat16).contiguous()
+    xb = x.to(torch.bfloat16)
+
+    def call():
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(xb, packed, INT4_GROUP, pairs)
+
+    return Peer("torch_int4", call, call, xb.double().numpy() @ w4, "bfloat16",
+                packed.nbytes + pairs.nbytes + xb.nbytes)
+
+
+def cpu_llama_cpp(weight, x, rng) -> Peer:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        raise Unavailable("llama.cpp's Python binding (llama_cpp) is not installed") from None
+    raise Unavailable("llama_cpp is installed, but its GEMV is not wired into the harness yet")
+
+
+# ---------------------------------------------------------------------------------------- GPU
+
+def cuda_fp16_linear(weight, x, rng) -> Peer:
+    import torch
+
+    from tools.harness.cuda_timing import rotating
+
+    w16 = weight.T.contiguous().half()
+    x16 = x.half()
+    copies = rotating((w16,), w16.nbytes)
+    return Peer("fp16_linear", lambda: torch.nn.functional.linear(x16, w16),
+                lambda: torch.nn.functional.linear(x16, w16),
+                x16.double().cpu().numpy() @ w16.double().cpu().numpy().T, "float16",
+                w16.nbytes + x16.nbytes,
+                [lambda w=w[0]: torch.nn.functional.linear(x16, w) for w in copies])
+
+
+def cuda_torch_int4(weight, x, rng, inner_k_tiles: int = 8) -> Peer:
+    import torch
+
+    from tools.harness.cuda_timing import rotating
+
+    k, n = weight.shape
+    if k % (16 * inner_k_tiles):
+        raise Unavailable(f"K={k} is not a multiple of {16 * inner_k_tiles} (torch int4 layout)")
+    tensors, w4 = _int4_layer(weight.cpu().numpy(), rng)
+    codes, scales, zeros = _int4_operands(tensors, k, n)
+    codes = torch.from_numpy(codes).cuda()
+    try:
+        w = torch._convert_weight_to_int4pack((codes[:, ::2] << 4 | codes[:, 1::2]).contiguous(),
+                                              inner_k_tiles)
+    except (RuntimeError, AttributeError) as error:
+        raise Unavailable(f"torch int4 GPU kernel: {str(error).splitlines()[0][:160]}") from None
+    pairs = torch.stack([torch.from_numpy(scales), torch.from_numpy(zeros)], dim=2).to(
+        torch.bfloat16).contiguous().cuda()
+    xb = x.bfloat16()
+    copies = rotating((w,), w.nbytes + pairs.nbytes)
+
+    def call(w=w):
+        return torch._weight_int4pack_mm(xb, w, INT4_GROUP, pairs)
+
+    return Peer("torch_int4", call, call, xb.double().cpu().numpy() @ w4, "bfloat16",
+                w.nbytes + pairs.nbytes + xb.nbytes,
+                [lambda w=c[0]: call(w) for c in copies])
+
+
+def cuda_humming(weight, x, rng) -> Peer:
+    """humming-kernels' GPTQ 4-bit g128 layer in fp16. Which zero-point convention it reads
+    (GPTQ v1 stores z - 1) is settled by the float64 check: v1 as stored first, else v2."""
+    import torch
+
+    from tools.harness.product import gptq_zeros, pack_gptq_zeros
+    from tools.harness.reference import rel_error
+
+    try:
+        from humming.layer import HummingLayer
+    except ImportError:
+        raise Unavailable("humming-kernels is not installed (tools/README.md: peers)") from None
+    k, n = weight.shape
+    tensors, w4 = _int4_layer(weight.cpu().numpy(), rng)
+    x16 = x.half()
+    expected = x16.double().cpu().numpy() @ w4
+    for convention in ("v1", "v2"):
+        qzeros = tensors["qzeros"]
+        if convention == "v2":  # the zero-points themselves, not z - 1
+            qzeros = pack_gptq_zeros(gptq_zeros(qzeros, 4, n, "v1"), 4, "v2")
+        layer = HummingLayer(shape_n=n, shape_k=k, torch_dtype=torch.float16, weight_config={
+            "quant_method": "gptq", "bits": 4, "group_size": INT4_GROUP, "sym": False}).cuda()
+        layer.load_from_tensors({
+            "qweight": torch.from_numpy(tensors["qweight"]).cuda(),
+            "qzeros": torch.from_numpy(np.ascontiguousarray(qzeros)).cuda(),
+            "scales": torch.from_numpy(tensors["scales"]).cuda(),
+            "g_idx": torch.from_numpy(tensors["g_idx"].astype(np.int32)).cuda()})
+        layer.transform()
+        if rel_error(layer(x16), expected) < 5e-3:
+            break
+    nbytes = sum(t.nbytes for t in layer.state_dict().values()) + x16.nbytes
+    return Peer(f"humming ({convention} zeros)", lambda: layer(x16), lambda: layer(x16),
+                expected, "float16", nbytes)
+
+
+CPU = {"fp32": cpu_fp32, "torch_int4": cpu_torch_int4, "llama.cpp": cpu_llama_cpp}
+CUDA = {"fp16_linear": cuda_fp16_linear, "torch_int4": cuda_torch_int4, "humming": cuda_humming}
+
+
+def make(names: list[str], device: str, weight, x, seed: int = 0) -> tuple[list[Peer], dict]:
+    """The peers ``names`` that can run here, and {name: reason} for those that cannot."""
+    table = CUDA if device == "cuda" else CPU
+    made, unavailable = [], {}
+    for name in names:
+        try:
+            made.append(table[name](weight, x, np.random.default_rng(seed)))
+        except Unavailable as why:
+            unavailable[name] = str(why)
+    return made, unavailable

@@ -1,0 +1,1 @@
+"""The benchmark jobs behind ``tools/bench.py``: one module per job."""
