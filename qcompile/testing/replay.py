@@ -7,7 +7,8 @@ not depend on the machine), :func:`snapshot` records
 - ``space``: the design space's sketches with the decisions sampled at seed 1 (the golden
   design space: what stored records mean),
 - ``tir``: the heuristic point's scheduled TensorIR,
-- ``code``: the code generated from it (CUDA C for CUDA targets, assembly for CPUs).
+- ``code``: the code generated from it (CUDA C for CUDA targets, assembly for CPUs, without
+  its debug line information: :func:`strip_debug_lines`).
 
 ``tools/replay_check.py`` writes the snapshot's digests to a file and compares against one;
 ``tests/codegen/test_replay.py`` checks the committed baseline.
@@ -16,6 +17,7 @@ not depend on the machine), :func:`snapshot` records
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 import targets
@@ -80,6 +82,28 @@ def cases() -> list[Case]:
     ]
 
 
+#: Assembly lines that carry source locations: ``.loc``/``.file`` directives and the labels
+#: LLVM places for them. The TensorIR's spans are the Python lines of the compute that built it,
+#: so moving a compute to another file would change them though not one instruction changes.
+_DEBUG_LINE = re.compile(r"^\s*(\.loc\s|\.file\s|\.Ltmp\d+:)")
+_SECTION = re.compile(r"^\s*(\.section\s+(\S+)|\.text\b|\.data\b|\.bss\b)")
+
+
+def strip_debug_lines(asm: str) -> str:
+    """``asm`` without its debug information: no ``.loc``/``.file`` lines, no ``.Ltmp``
+    labels, no ``.debug_*`` sections (whose line tables and DIEs encode the same locations)."""
+    kept, in_debug = [], False
+    for line in asm.splitlines():
+        section = _SECTION.match(line)
+        if section:
+            in_debug = bool(section.group(2)) and section.group(2).strip('",').startswith(
+                ".debug_")
+        if in_debug or _DEBUG_LINE.match(line):
+            continue
+        kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -110,7 +134,7 @@ def heuristic_texts(case: Case) -> tuple[str, str]:
     if preset.kind == "cuda":
         code = "\n".join(m.inspect_source() for m in lib.mod.imports if m.kind == "cuda")
     else:
-        code = lib.mod.inspect_source("asm")
+        code = strip_debug_lines(lib.mod.inspect_source("asm"))
     return sch.mod.script(), code
 
 
