@@ -37,9 +37,10 @@ from qcompile import _tvm
 from qcompile.build import build, export
 from qcompile.formats.gptq import GptqTensors, quantize_rtn
 from qcompile.gptq import GptqLayer, QuantizeConfig
-from qcompile.kernels.uniform import FAMILY, UniformSpec
+from qcompile.kernels.uniform import UniformSpec
 from qcompile.nn import QuantLinear, kernel_cache
 from qcompile.trust.workloads import workload_database
+from schedules.variants import compute_for
 from tuning_db import Storage
 
 
@@ -100,9 +101,9 @@ def main(argv=None) -> int:
     # The fused kernel: the sequential spec's best trace replayed on the act_order workload.
     target = _tvm.Target(preset.tvm_target(hw))
     workload, record = workload_database(storage, spec, target).best(
-        _tvm.normalize_mod(FAMILY.compute(spec)))
+        _tvm.normalize_mod(compute_for(spec, "cpu")))
     fused_mod = workload_database(storage, fused_spec, target).replay(
-        _tvm.normalize_mod(FAMILY.compute(fused_spec)), record)
+        _tvm.normalize_mod(compute_for(fused_spec, "cpu")), record)
     fused_so, _ = export(fused_spec, preset, target, fused_mod, out,
                          {"id": record.id, "replayed_from": spec.name()})
     fused_kernel = qcompile.load(str(fused_so))

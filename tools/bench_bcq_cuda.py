@@ -185,7 +185,6 @@ def grid_variants(k: int, n: int, q: int, group_size: int, mus: list[int]) -> li
 
 def _build_variant(job: dict) -> dict:
     """Build one variant (in a worker process): the .so path, or the error."""
-    from qcompile.kernels.bcq.compute import bcq_compute
     from schedules.cuda import bcq as cuda_bcq
     from schedules.cuda import bcq_rotated
     from tools.cuda_variant import build_variant
@@ -201,7 +200,7 @@ def _build_variant(job: dict) -> dict:
                                sums_first=job.get("sums_first", False))
 
     return build_variant(job, lambda: BcqSpec(**job["spec"]), schedule,
-                         compute=lambda spec: bcq_compute(spec, gpu=True))
+                         variant="bcq_cuda_tables")
 
 
 def label(v: dict) -> str:

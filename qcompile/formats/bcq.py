@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qcompile.errors import FormatError
+from qcompile.formats.act_order import is_trivial
 from qcompile.formats.gptq import GptqTensors, as_numpy, num_groups
 
 #: Sign bits per packed word.
@@ -193,7 +194,6 @@ def from_uniform(layer: GptqTensors) -> BcqTensors:
     BcqTensors
         q = layer.bits planes, the layer's group size.
     """
-    from qcompile.formats.act_order import is_trivial
 
     if not is_trivial(layer.g_idx, layer.group_size):
         raise FormatError("g_idx is not k // group_size (act_order weights): reorder the layer "

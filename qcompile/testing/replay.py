@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 import targets
-from qcompile.kernels import BcqSpec, MixedSpec, UniformSpec, family_of
+from qcompile.kernels import BcqSpec, MixedSpec, UniformSpec
 from targets.hardware import CpuHardware
 
 #: Fixed CPU models (not this host's): the generated code must not depend on the machine.
@@ -112,9 +112,10 @@ def design_space_text(case: Case) -> str:
     """The case's design space: every sketch's trace with its decisions at seed 1."""
     from qcompile import _tvm
     from schedules import get_design_space
+    from schedules.variants import compute_for
 
     kind = targets.get(case.preset).kind
-    mod = _tvm.normalize_mod(family_of(case.spec).compute_for(case.spec, kind))
+    mod = _tvm.normalize_mod(compute_for(case.spec, kind))
     sketches = get_design_space(case.spec, kind)(_tvm.Schedule(mod, seed=1), case.spec,
                                                   case.hardware())
     return "\n\n".join(f"# {case.name} sketch {i}\n{s.trace}" for i, s in enumerate(sketches)) \
@@ -125,10 +126,11 @@ def heuristic_texts(case: Case) -> tuple[str, str]:
     """(scheduled TensorIR, generated code) of the case's heuristic point."""
     from qcompile import _tvm
     from schedules import untuned_schedule
+    from schedules.variants import compute_for
 
     preset = targets.get(case.preset)
     hw = case.hardware()
-    mod = _tvm.normalize_mod(family_of(case.spec).compute_for(case.spec, preset.kind))
+    mod = _tvm.normalize_mod(compute_for(case.spec, preset.kind))
     sch = untuned_schedule(_tvm.Schedule(mod, seed=1), case.spec, preset.kind, hw)
     lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))
     if preset.kind == "cuda":

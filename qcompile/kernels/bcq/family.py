@@ -7,9 +7,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from qcompile.errors import ArgumentError, FormatError
+from qcompile.formats import bitpack
+from qcompile.formats.act_order import reorder
 from qcompile.formats.bcq import BcqTensors, from_uniform
+from qcompile.formats.bcq_quantize import quantize_bcq
+from qcompile.formats.gptq import GptqTensors, as_numpy
 from qcompile.kernels.base import KernelFamily, PreparedWeights
 from qcompile.kernels.bcq.spec import BcqSpec
+from qcompile.tensors import kernel_ready
 
 #: The kernels' weight operands, in parameter order.
 _OPERANDS = ("planes", "alpha", "z")
@@ -32,40 +37,6 @@ class BcqFamily(KernelFamily):
     def spec_from_cli(self, args, *, k: int, n: int) -> BcqSpec:
         return BcqSpec(k=k, n=n, q=args.bits, group_size=args.group_size, m=args.batch,
                        mu=getattr(args, "mu", 8), dtype=args.dtype)
-
-    def compute(self, spec: BcqSpec):
-        from qcompile.kernels.bcq.compute import bcq_compute
-
-        return bcq_compute(spec)
-
-    def compute_for(self, spec: BcqSpec, target_kind: str):
-        """On GPUs the tables are built entry by entry and the group sums of x come from them
-        (compute.py's GPU form): each thread block builds its slice's tables in shared memory
-        and sums its own groups (schedules/cuda/bcq.py). One-row GEMVs at mu = 8 take the
-        rotated-chunk compute where they fit (compute_cuda_rotated.py: every lookup
-        conflict-free; weights in the ``rotated_chunks`` layout)."""
-        if target_kind == "cuda":
-            from qcompile.kernels.bcq import compute_cuda_rotated
-            from qcompile.kernels.bcq.compute import bcq_compute
-
-            if compute_cuda_rotated.unfit_reason(spec) is None:
-                return compute_cuda_rotated.rotated_compute(spec)
-            return bcq_compute(spec, gpu=True)
-        return self.compute(spec)
-
-    def layout_of(self, func) -> dict | None:
-        """``rotated_chunks`` for the rotated-chunk compute, else None (the format's layout)."""
-        from qcompile.kernels.bcq import compute_cuda_rotated
-        from qcompile.kernels.uniform.compute_cuda import compute_name
-
-        if compute_name(func) != compute_cuda_rotated.COMPUTE_NAME:
-            return None
-        import json
-
-        from qcompile.kernels.base import SPEC_ATTR
-
-        spec = BcqSpec.from_dict(json.loads(str(func.attrs[SPEC_ATTR])))
-        return compute_cuda_rotated.layout(spec.effective_group_size)
 
     def describe_layout(self, layout: dict | None) -> str:
         if layout is None:
@@ -102,8 +73,6 @@ class BcqFamily(KernelFamily):
             raise ArgumentError(f"bcq weights come as exactly one of: {forms}; got {passed}")
         permutation, report = None, None
         if weight is not None:
-            from qcompile.formats.bcq_quantize import quantize_bcq
-            from qcompile.formats.gptq import as_numpy
 
             weight = as_numpy("weight", weight)
             if weight.shape != (spec.k, spec.n):
@@ -111,9 +80,6 @@ class BcqFamily(KernelFamily):
                                   f"(nn.Linear.weight.T); got {tuple(weight.shape)}")
             tensors, report = quantize_bcq(weight, spec.q, spec.group_size, iterations)
         elif qweight is not None:
-            from qcompile.formats import bitpack
-            from qcompile.formats.act_order import reorder
-            from qcompile.formats.gptq import GptqTensors
 
             rows = bitpack.packed_length(spec.k, spec.q)
             shape = tuple(getattr(qweight, "shape", ()))
@@ -173,15 +139,13 @@ class BcqFamily(KernelFamily):
         """
         import torch
 
-        from qcompile.kernels.uniform.family import UniformFamily
-        from qcompile.tensors import kernel_ready
 
         permutation, bcq, report = self.bcq_tensors(spec, **tensors)
         extras = {}
         if permutation is not None:
             extras["perm"] = torch.from_numpy(permutation).to(device)
         if bias is not None:
-            extras["bias"] = UniformFamily._bias(spec, bias).to(device)
+            extras["bias"] = self._bias(spec, bias).to(device)
         if report is not None:
             extras["quantization"] = report
         by_name = {name: torch.from_numpy(np.ascontiguousarray(a)).to(device)
