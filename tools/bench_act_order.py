@@ -35,10 +35,11 @@ import qcompile
 import targets
 from qcompile import _tvm
 from qcompile.build import build, export
-from qcompile.formats.gptq import GptqTensors, quantize_rtn
+from qcompile.formats.gptq import GptqTensors
 from qcompile.gptq import GptqLayer, QuantizeConfig
 from qcompile.kernels.uniform import UniformSpec
 from qcompile.nn import QuantLinear, kernel_cache
+from qcompile.quantize.rtn import quantize_rtn
 from qcompile.trust.workloads import workload_database
 from schedules.variants import compute_for
 from tuning_db import Storage

@@ -51,8 +51,8 @@ import qcompile
 import targets
 from qcompile.build import build, build_untuned
 from qcompile.errors import NoRecordError
-from qcompile.formats.gptq import quantize_rtn
 from qcompile.kernels import BcqSpec, family_of
+from qcompile.quantize.rtn import quantize_rtn
 from qcompile.tune import tune
 from tools.bench_cuda import Timed, copies_for, copy_bandwidth, prepare_all
 from tuning_db import Storage

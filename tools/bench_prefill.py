@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 import targets
-from qcompile.formats.gptq import quantize_rtn
 from qcompile.gptq import GptqLayer, QuantizeConfig
 from qcompile.nn import MAX_KERNEL_ROWS, QuantLinear, kernel_cache
+from qcompile.quantize.rtn import quantize_rtn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_act_order import overhead, side_by_side  # noqa: E402  (tools/ is not a package)

@@ -14,8 +14,8 @@ import torch
 
 import targets
 from qcompile import _tvm
-from qcompile.formats.gptq import quantize_rtn
 from qcompile.kernels import BcqSpec, UniformSpec, get_family
+from qcompile.quantize.rtn import quantize_rtn
 from schedules.cpu import bcq as cpu_bcq
 from schedules.cpu import uniform as cpu_uniform
 from schedules.variants import compute_for

@@ -4,7 +4,7 @@
 
 with q sign planes b_i, a scale per (group, plane, output) and a bias z per (group, output). This
 module holds the tensors and their packing, and the exact conversion of uniform (GPTQ) weights
-into BCQ (eq. 5). The quantizer from float weights is in :mod:`qcompile.formats.bcq_quantize`.
+into BCQ (eq. 5). The quantizer from float weights is in :mod:`qcompile.quantize.bcq`.
 
 Packing, laid out for the table lookups: plane i's signs are bits along K, 32 rows of K per
 int32 word, LSB first, bit set for +1:

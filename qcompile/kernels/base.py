@@ -176,6 +176,15 @@ class KernelFamily:
         """The spec named by parsed command-line ``args`` (``k``, ``n`` from --shape)."""
         raise NotImplementedError
 
+    def checkpoint_tensors(self, spec: KernelSpec, **tensors):
+        """Checkpoint tensors, checked against ``spec``, as the family's format holds them."""
+        raise NotImplementedError
+
+    def quantize(self, spec: KernelSpec, weight, **options):
+        """Float W [K, N] (``nn.Linear.weight.T``) -> the family's format, with its quantizer
+        (qcompile/quantize/)."""
+        raise NotImplementedError
+
     def prepare(self, spec: KernelSpec, device: str = "cpu", **tensors) -> PreparedWeights:
         """Checkpoint tensors -> :class:`PreparedWeights`."""
         raise NotImplementedError

@@ -13,8 +13,8 @@ import torch
 import qcompile
 from qcompile import _tvm
 from qcompile.errors import ArgumentError, FormatError, SpecError
-from qcompile.formats.gptq import quantize_rtn
 from qcompile.kernels import BcqSpec, UniformSpec, get_family
+from qcompile.quantize.rtn import quantize_rtn
 from qcompile.testing.kernels import compile_fixed, relative_error
 from schedules.cpu import bcq as cpu_bcq
 from schedules.cpu import uniform as cpu_uniform

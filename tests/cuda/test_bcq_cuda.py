@@ -11,8 +11,8 @@ import qcompile
 import targets
 from qcompile.build import build, build_untuned
 from qcompile.errors import ArgumentError
-from qcompile.formats.gptq import quantize_rtn
 from qcompile.kernels import BcqSpec, UniformSpec, get_family
+from qcompile.quantize.rtn import quantize_rtn
 from qcompile.testing import kernels
 from qcompile.tune import tune
 from schedules.variants import compute_for

@@ -10,10 +10,10 @@ from qcompile.errors import ArgumentError, FormatError
 from qcompile.formats import bitpack
 from qcompile.formats.act_order import reorder
 from qcompile.formats.bcq import BcqTensors, from_uniform
-from qcompile.formats.bcq_quantize import quantize_bcq
 from qcompile.formats.gptq import GptqTensors, as_numpy
 from qcompile.kernels.base import KernelFamily, PreparedWeights
 from qcompile.kernels.bcq.spec import BcqSpec
+from qcompile.quantize.bcq import quantize_bcq
 from qcompile.tensors import kernel_ready
 
 #: The kernels' weight operands, in parameter order.
@@ -59,9 +59,9 @@ class BcqFamily(KernelFamily):
         planes = compute_cuda_rotated.rotate_planes(by_name["planes"], spec.effective_group_size)
         return {**by_name, "planes": planes}
 
-    def bcq_tensors(self, spec: BcqSpec, *, weight=None, qweight=None, scales=None, qzeros=None,
-                    g_idx=None, zero_convention: str = "v1", planes=None, alpha=None, z=None,
-                    iterations: int = 15):
+    def checkpoint_tensors(self, spec: BcqSpec, *, weight=None, qweight=None, scales=None,
+                           qzeros=None, g_idx=None, zero_convention: str = "v1", planes=None,
+                           alpha=None, z=None, iterations: int = 15):
         """Any accepted source -> (row permutation or None, BcqTensors, quantization report or
         None), checked against ``spec``. See :meth:`prepare` for the sources."""
         given = {"weight": weight, "qweight": qweight, "scales": scales, "qzeros": qzeros,
@@ -74,11 +74,7 @@ class BcqFamily(KernelFamily):
         permutation, report = None, None
         if weight is not None:
 
-            weight = as_numpy("weight", weight)
-            if weight.shape != (spec.k, spec.n):
-                raise FormatError(f"weight must have shape [K, N]=({spec.k}, {spec.n}) "
-                                  f"(nn.Linear.weight.T); got {tuple(weight.shape)}")
-            tensors, report = quantize_bcq(weight, spec.q, spec.group_size, iterations)
+            tensors, report = self.quantize(spec, weight, iterations=iterations)
         elif qweight is not None:
 
             rows = bitpack.packed_length(spec.k, spec.q)
@@ -107,6 +103,15 @@ class BcqFamily(KernelFamily):
             raise FormatError(f"the BCQ tensors hold q={tensors.q} planes of a {tensors.k}x"
                               f"{tensors.n} layer; this kernel is q={spec.q}, {spec.k}x{spec.n}")
         return permutation, tensors, report
+
+    def quantize(self, spec: BcqSpec, weight, *, iterations: int = 15):
+        """Quantize float W [K, N] into ``spec.q`` sign planes (greedy + alternating least
+        squares, :func:`qcompile.quantize.bcq.quantize_bcq`): (BcqTensors, report)."""
+        weight = as_numpy("weight", weight)
+        if weight.shape != (spec.k, spec.n):
+            raise FormatError(f"weight must have shape [K, N]=({spec.k}, {spec.n}) "
+                              f"(nn.Linear.weight.T); got {tuple(weight.shape)}")
+        return quantize_bcq(weight, spec.q, spec.group_size, iterations)
 
     def prepare(self, spec: BcqSpec, device: str = "cpu", *, bias=None,
                 layout: dict | None = None, **tensors) -> PreparedWeights:
@@ -140,7 +145,7 @@ class BcqFamily(KernelFamily):
         import torch
 
 
-        permutation, bcq, report = self.bcq_tensors(spec, **tensors)
+        permutation, bcq, report = self.checkpoint_tensors(spec, **tensors)
         extras = {}
         if permutation is not None:
             extras["perm"] = torch.from_numpy(permutation).to(device)
@@ -173,7 +178,7 @@ class BcqFamily(KernelFamily):
 
     def reference_weight(self, spec: BcqSpec, **tensors) -> np.ndarray:
         """The weight W [K, N], float32, rows in the checkpoint's order."""
-        permutation, bcq, _ = self.bcq_tensors(spec, **tensors)
+        permutation, bcq, _ = self.checkpoint_tensors(spec, **tensors)
         weight = bcq.dequantize()
         if permutation is None:
             return weight

@@ -53,7 +53,7 @@ class MixedFamily(KernelFamily):
         return quantize(weight, spec.layout, x=_numpy(calibration), h=_numpy(hessian),
                         damp=DAMP if damp is None else damp)
 
-    def mixed_tensors(self, spec: MixedSpec, **arrays) -> MixedTensors:
+    def checkpoint_tensors(self, spec: MixedSpec, **arrays) -> MixedTensors:
         """The format's arrays (formats/mixed.py: order, codes2, ..., values), checked."""
         expected = list(spec.layout.shapes())
         missing = [name for name in expected if name not in arrays]
@@ -113,7 +113,7 @@ class MixedFamily(KernelFamily):
             if calibration is not None or hessian is not None:
                 raise FormatError("calibration/hessian are for quantizing a float weight; "
                                   "give weight too")
-            tensors = self.mixed_tensors(spec, **arrays)
+            tensors = self.checkpoint_tensors(spec, **arrays)
         operands = self.kernel_operands(
             spec, {name: torch.from_numpy(np.ascontiguousarray(a))
                    for name, a in tensors.operands().items()}, layout)
@@ -189,7 +189,7 @@ class MixedFamily(KernelFamily):
 
     def reference_weight(self, spec: MixedSpec, **arrays) -> np.ndarray:
         """The dequantized weight W [K, N], float32, outliers included."""
-        return self.mixed_tensors(spec, **arrays).dequantize()
+        return self.checkpoint_tensors(spec, **arrays).dequantize()
 
     def reference(self, spec: MixedSpec, x: np.ndarray, **arrays) -> np.ndarray:
         weight = self.reference_weight(spec, **arrays).astype(np.float64)
@@ -203,7 +203,7 @@ class MixedFamily(KernelFamily):
             return self.reference(spec, x, **arrays)
         from qcompile.kernels.uniform.compute_int8 import quantized_activations
 
-        tensors = self.mixed_tensors(spec, **arrays)
+        tensors = self.checkpoint_tensors(spec, **arrays)
         x = np.asarray(x, dtype=np.float32)
         rounded = quantized_activations(x.reshape(-1, spec.k), spec.g1).reshape(x.shape)
         return (rounded @ tensors.dense().astype(np.float64)

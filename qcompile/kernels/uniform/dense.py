@@ -82,7 +82,7 @@ def dequantize(spec: UniformSpec, prepared: PreparedWeights, preset, out=None):
 
     ``out`` (float32 [K, N], contiguous) is written instead of a new tensor: reusing one buffer
     saves the page faults of fresh memory, which cost more than the dequantization itself here
-    (README, "Prefill crossover")."""
+    (docs/design/gptq-checkpoints.md, "Prefill crossover")."""
     import torch
 
     if out is None:

@@ -8,10 +8,11 @@ import numpy as np
 
 from qcompile.errors import FormatError
 from qcompile.formats.act_order import reorder
-from qcompile.formats.gptq import GptqTensors, quantize_rtn
+from qcompile.formats.gptq import GptqTensors, as_numpy
 from qcompile.kernels.base import KernelFamily, PreparedWeights
 from qcompile.kernels.uniform import layout as weight_layout
 from qcompile.kernels.uniform.spec import UniformSpec
+from qcompile.quantize.rtn import quantize_rtn
 from qcompile.tensors import kernel_ready
 
 _ACTIVATION_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -58,6 +59,15 @@ class UniformFamily(KernelFamily):
             qweight=qweight, scales=scales, qzeros=qzeros, g_idx=g_idx, bits=spec.bits,
             group_size=spec.group_size, zero_convention=zero_convention,
         )
+
+    def quantize(self, spec: UniformSpec, weight, *, sym: bool = False) -> GptqTensors:
+        """Quantize float W [K, N] into GPTQ tensors of ``spec``'s bits and group size by
+        rounding to nearest (:func:`qcompile.quantize.rtn.quantize_rtn`)."""
+        weight = as_numpy("weight", weight)
+        if weight.shape != (spec.k, spec.n):
+            raise FormatError(f"weight must have shape [K, N]=({spec.k}, {spec.n}) "
+                              f"(nn.Linear.weight.T); got {tuple(weight.shape)}")
+        return quantize_rtn(weight, spec.bits, spec.group_size, sym=sym)
 
     def prepare(self, spec: UniformSpec, device: str = "cpu", *, qweight, scales, qzeros,
                 g_idx=None, zero_convention: str = "v1", bias=None,
@@ -149,7 +159,7 @@ class UniformFamily(KernelFamily):
 
     def example_tensors(self, spec: UniformSpec, rng: np.random.Generator) -> dict[str, Any]:
         weight = rng.standard_normal((spec.k, spec.n)).astype(np.float32) * 0.02
-        t = quantize_rtn(weight, spec.bits, spec.group_size, sym=False)
+        t = self.quantize(spec, weight)
         return {"qweight": t.qweight, "scales": t.scales, "qzeros": t.qzeros, "g_idx": t.g_idx}
 
     def reference_weight(self, spec: UniformSpec, *, qweight, scales, qzeros, g_idx=None,
