@@ -31,6 +31,8 @@ from qcompile.trust.choice import DEFAULT_TOP, Candidate, believe, choose, store
 from qcompile.trust.seals import Sealer
 from qcompile.trust.workloads import workload_database
 from schedules import untuned_schedule
+from schedules.variants import Variant, compute_for
+from schedules.variants import choose as choose_variant
 from targets.isa import require_build_host
 from tuning_db import Storage
 from tuning_db.layers import Layers
@@ -86,8 +88,7 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
     layers = layers or Layers.single(storage or Storage())
     hw = hw or preset.hardware()
     target = _tvm.Target(preset.tvm_target(hw))
-    family = family_of(spec)
-    mod = _tvm.normalize_mod(family.compute_for(spec, preset.kind))
+    mod = _tvm.normalize_mod(compute_for(spec, preset.kind))
     database = workload_database(layers.writer, spec, target, readers=layers.readers)
     found = database.candidates(mod, top)
     if not found:
@@ -119,7 +120,7 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
         results = measure_modules([database.replay(mod, c.record) for c in timed],
                                   target, policy or MeasurePolicy(
                                       build_workers=getattr(hw, "cores", None) or 2),
-                                  family.measure_arguments(spec))
+                                  family_of(spec).measure_arguments(spec))
         load = meter.lap()
         provenance = measuring_provenance(preset)
         for candidate, measured in zip(timed, results, strict=True):
@@ -156,7 +157,7 @@ def build_untuned(spec: KernelSpec, preset, out_dir: str | Path, *, hw=None,
     require_build_host(preset, for_another_host)
     hw = hw or preset.hardware()
     target = _tvm.Target(preset.tvm_target(hw))
-    mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, preset.kind))
+    mod = _tvm.normalize_mod(compute_for(spec, preset.kind))
     sketch = untuned_schedule(_tvm.Schedule(mod, seed=seed), spec, preset.kind, hw)
     so_path, manifest = export(spec, preset, target, sketch.mod, out_dir,
                                {"id": None, "untuned": True, "seed": seed})
@@ -164,9 +165,12 @@ def build_untuned(spec: KernelSpec, preset, out_dir: str | Path, *, hw=None,
 
 
 def export(spec: KernelSpec, preset, target, scheduled, out_dir: str | Path,
-           record: dict) -> tuple[Path, Path]:
+           record: dict, variant: Variant | None = None) -> tuple[Path, Path]:
     """Compile a scheduled module and write ``<name>.so``, its manifest, the scheduled TensorIR
-    and the generated code into ``out_dir``; returns the paths of the .so and the manifest."""
+    and the generated code into ``out_dir``; returns the paths of the .so and the manifest.
+
+    ``variant`` is the kernel variant ``scheduled`` was made from (it knows the weight layout
+    the schedule reads); None: the one ``spec`` gets on ``preset``'s target class."""
     lib = _tvm.tvm.compile(scheduled, target=target)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -177,7 +181,8 @@ def export(spec: KernelSpec, preset, target, scheduled, out_dir: str | Path,
     tmp.replace(so_path)  # readers never see a half-written library
     (out / f"{name}.tir.py").write_text(scheduled.script())
     func = next(iter(scheduled.functions.values()))
-    layout = family_of(spec).layout_of(func)  # chosen by the schedule: part of the record
+    variant = variant or choose_variant(spec, preset.kind)
+    layout = variant.layout(spec, func)  # chosen by the schedule: part of the record
     generated = _write_generated_code(lib, out, name, preset.kind)
     manifest = write_manifest(so_path, {
         "name": name,

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import targets
 from qcompile.errors import NoRecordError, SpecError
-from qcompile.kernels import family_of
 from qcompile.runtime import load_kernel
 from tuning_db.storage import Storage, workload_digest
 from tuning_db.url import cache_dir, db_option
@@ -75,9 +74,10 @@ class KernelCache:
         """(workload, record) of the fastest successful record of ``spec``, or None."""
         from qcompile import _tvm
         from qcompile.trust.workloads import workload_database
+        from schedules.variants import compute_for
 
         target = _tvm.Target(self.preset.tvm_target(self.preset.hardware()))
-        mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, self.preset.kind))
+        mod = _tvm.normalize_mod(compute_for(spec, self.preset.kind))
         return workload_database(self.storage, spec, target).best(mod)
 
     def has_record(self, spec) -> bool:

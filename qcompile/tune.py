@@ -29,7 +29,8 @@ from qcompile.trust.choice import (
 )
 from qcompile.trust.seals import Sealer
 from qcompile.trust.workloads import workload_database
-from schedules import search_strategy, space_generator, space_kind
+from schedules import search_strategy, space_generator
+from schedules.variants import compute_for
 from targets.host import usable_cores
 from targets.isa import require_tune_host
 from tuning_db import Storage
@@ -182,7 +183,7 @@ def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: 
     cores = getattr(hw, "cores", None) or usable_cores()  # a GPU model has no cores: the host's
     policy = policy or MeasurePolicy(build_workers=cores)
     family = family_of(spec)
-    mod = _tvm.normalize_mod(family.compute_for(spec, preset.kind))
+    mod = _tvm.normalize_mod(compute_for(spec, preset.kind))
     sealer = Sealer.load()
     database = workload_database(storage, spec, target, provenance=measuring_provenance(preset),
                                  readers=layers.readers, sealer=sealer)
@@ -209,7 +210,7 @@ def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: 
     with tempfile.TemporaryDirectory(prefix="qcompile-tune-") as scratch:
         context = _tvm.ms.TuneContext(
             mod=mod, target=target, space_generator=space_generator(spec, preset.kind, hw),
-            search_strategy=search_strategy(preset.kind, space_kind(spec)), task_name=spec.name(),
+            search_strategy=search_strategy(spec, preset.kind), task_name=spec.name(),
             rand_state=seed,
             num_threads=cores,
             logger=_tvm.ms.logging.get_logger(f"qcompile.tune.{spec.name()}"),

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 import qcompile
-from qcompile.formats.gptq import quantize_rtn  # may move to qcompile.quantize (issue 23)
+from qcompile.quantize.rtn import quantize_rtn
 
 K, N, BITS, GROUP = 4096, 4096, 4, 128  # the default spec: uniform_b4_g128_k4096_n4096_m1_f32
 

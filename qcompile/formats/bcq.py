@@ -4,7 +4,7 @@
 
 with q sign planes b_i, a scale per (group, plane, output) and a bias z per (group, output). This
 module holds the tensors and their packing, and the exact conversion of uniform (GPTQ) weights
-into BCQ (eq. 5). The quantizer from float weights is in :mod:`qcompile.formats.bcq_quantize`.
+into BCQ (eq. 5). The quantizer from float weights is in :mod:`qcompile.quantize.bcq`.
 
 Packing, laid out for the table lookups: plane i's signs are bits along K, 32 rows of K per
 int32 word, LSB first, bit set for +1:
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qcompile.errors import FormatError
+from qcompile.formats.act_order import is_trivial
 from qcompile.formats.gptq import GptqTensors, as_numpy, num_groups
 
 #: Sign bits per packed word.
@@ -193,7 +194,6 @@ def from_uniform(layer: GptqTensors) -> BcqTensors:
     BcqTensors
         q = layer.bits planes, the layer's group size.
     """
-    from qcompile.formats.act_order import is_trivial
 
     if not is_trivial(layer.g_idx, layer.group_size):
         raise FormatError("g_idx is not k // group_size (act_order weights): reorder the layer "

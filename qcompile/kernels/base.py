@@ -10,7 +10,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from qcompile import tensors as tensor_checks
 from qcompile.errors import ArgumentError, FormatError, SpecError
+from qcompile.tensors import kernel_ready
 
 #: Bump to invalidate every stored digest at once (a change in how specs are serialised).
 SPEC_SCHEMA_VERSION = 1
@@ -174,17 +176,14 @@ class KernelFamily:
         """The spec named by parsed command-line ``args`` (``k``, ``n`` from --shape)."""
         raise NotImplementedError
 
-    def compute(self, spec: KernelSpec):
-        """The TensorIR PrimFunc (attributes from ``spec.func_attrs()``)."""
+    def checkpoint_tensors(self, spec: KernelSpec, **tensors):
+        """Checkpoint tensors, checked against ``spec``, as the family's format holds them."""
         raise NotImplementedError
 
-    def compute_for(self, spec: KernelSpec, target_kind: str):
-        """The PrimFunc to tune and build on targets of ``target_kind`` ("cpu", "cuda").
-
-        The default is :meth:`compute` everywhere; a family whose best factorisation differs on
-        GPUs returns another PrimFunc (same operands, same spec attributes) for "cuda".
-        """
-        return self.compute(spec)
+    def quantize(self, spec: KernelSpec, weight, **options):
+        """Float W [K, N] (``nn.Linear.weight.T``) -> the family's format, with its quantizer
+        (qcompile/quantize/)."""
+        raise NotImplementedError
 
     def prepare(self, spec: KernelSpec, device: str = "cpu", **tensors) -> PreparedWeights:
         """Checkpoint tensors -> :class:`PreparedWeights`."""
@@ -197,12 +196,6 @@ class KernelFamily:
         whose operands index memory (offsets, permutations) returns a picklable function
         ``(device, args_info, alloc_repeat) -> list of argument lists`` that makes valid ones.
         """
-        return None
-
-    def layout_of(self, func) -> dict | None:
-        """The weight layout a scheduled PrimFunc reads, when its schedule chose one (a JSON
-        dict the build stores in the manifest and ``prepare(layout=...)`` accepts); None when
-        it reads the operands as ``prepare`` gives them by default."""
         return None
 
     #: For families with weight layouts: the operand whose int8-activation byte planes
@@ -224,7 +217,6 @@ class KernelFamily:
         (:meth:`kernel_operands`; a no-op when the layouts agree and nothing is to split)."""
         from dataclasses import replace
 
-        from qcompile.tensors import kernel_ready
 
         current = prepared.extras.get("layout")
         by_name = dict(zip(prepared.names, prepared.tensors, strict=True))
@@ -238,6 +230,19 @@ class KernelFamily:
         by_name = self.kernel_operands(spec, by_name, layout)
         return replace(prepared, tensors=tuple(kernel_ready(by_name[n]) for n in prepared.names),
                        extras={**prepared.extras, "layout": layout})
+
+    @staticmethod
+    def _bias(spec: KernelSpec, bias):
+        """A bias as float32 [N] torch tensor, checked."""
+        import torch
+
+        bias = tensor_checks.to_torch("bias", bias)
+        if bias.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            got = str(bias.dtype).removeprefix("torch.")
+            raise FormatError(f"bias must be float16, bfloat16 or float32; got {got}")
+        if tuple(bias.shape) != (spec.n,):
+            raise FormatError(f"bias must have shape [N]=({spec.n},); got {tuple(bias.shape)}")
+        return bias.detach().to(torch.float32).contiguous()
 
     def bytes_read(self, spec: KernelSpec) -> int:
         """Every byte one call must read (weights, scales, activations): the GB/s numerator."""
@@ -263,7 +268,6 @@ class KernelFamily:
         """
         import torch
 
-        from qcompile import tensors as tensor_checks
 
         permutation = prepared.extras.get("perm")
         if permutation is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 import qcompile
-from qcompile.kernels import get_family
 from tuning_db import Storage
 
 
@@ -31,9 +30,10 @@ def compile_fixed(spec, preset, sketch, *decisions):
     """``spec``'s compute with ``sketch(sch, spec, hw, *decisions)`` applied, compiled for
     ``preset`` (a CPU target): the callable kernel function."""
     from qcompile import _tvm
+    from schedules.variants import compute_for
 
     hw = preset.hardware()
-    sch = sketch(_tvm.Schedule(get_family(spec.family).compute(spec)), spec, hw, *decisions)
+    sch = sketch(_tvm.Schedule(compute_for(spec, "cpu")), spec, hw, *decisions)
     lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))
     return lib[spec.name()]
 

@@ -4,7 +4,6 @@ committed with chosen latencies (for database, import and trust tests)."""
 from __future__ import annotations
 
 import targets
-from qcompile.kernels import get_family
 from tuning_db.models import STATUS_BUILD_ERROR, STATUS_OK
 
 #: (n_blk, n_reg) of the uniform CPU space's register-tile sketch, by index: 8 distinct traces.
@@ -16,8 +15,9 @@ def uniform_trace(spec, index: int, mod=None):
     on ``spec``'s compute (``mod``, default the normalized compute): a Schedule."""
     from qcompile import _tvm
     from schedules.cpu import uniform
+    from schedules.variants import compute_for
 
-    mod = mod or _tvm.normalize_mod(get_family("uniform").compute(spec))
+    mod = mod or _tvm.normalize_mod(compute_for(spec, "cpu"))
     n_blk, n_reg = TILES[index]
     return uniform.register_tile(_tvm.Schedule(mod), spec, targets.get("avx2").hardware(),
                                  {"n_blk": n_blk, "n_reg": n_reg})
@@ -28,8 +28,9 @@ def commit_records(database, spec, secs_by_tile: dict[int, list[float] | None]):
     ``spec``, ``qcompile.trust.workloads.workload_database``): tile index -> run times, None for
     a build failure. Returns the workload's module."""
     from qcompile import _tvm
+    from schedules.variants import compute_for
 
-    mod = _tvm.normalize_mod(get_family("uniform").compute(spec))
+    mod = _tvm.normalize_mod(compute_for(spec, "cpu"))
     workload = database.commit_workload(mod)
     for index, secs in secs_by_tile.items():
         sch = uniform_trace(spec, index, mod)

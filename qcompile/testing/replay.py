@@ -7,7 +7,8 @@ not depend on the machine), :func:`snapshot` records
 - ``space``: the design space's sketches with the decisions sampled at seed 1 (the golden
   design space: what stored records mean),
 - ``tir``: the heuristic point's scheduled TensorIR,
-- ``code``: the code generated from it (CUDA C for CUDA targets, assembly for CPUs).
+- ``code``: the code generated from it (CUDA C for CUDA targets, assembly for CPUs, without
+  its debug line information: :func:`strip_debug_lines`).
 
 ``tools/replay_check.py`` writes the snapshot's digests to a file and compares against one;
 ``tests/codegen/test_replay.py`` checks the committed baseline.
@@ -16,10 +17,11 @@ not depend on the machine), :func:`snapshot` records
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 import targets
-from qcompile.kernels import BcqSpec, MixedSpec, UniformSpec, family_of
+from qcompile.kernels import BcqSpec, MixedSpec, UniformSpec
 from targets.hardware import CpuHardware
 
 #: Fixed CPU models (not this host's): the generated code must not depend on the machine.
@@ -80,6 +82,28 @@ def cases() -> list[Case]:
     ]
 
 
+#: Assembly lines that carry source locations: ``.loc``/``.file`` directives and the labels
+#: LLVM places for them. The TensorIR's spans are the Python lines of the compute that built it,
+#: so moving a compute to another file would change them though not one instruction changes.
+_DEBUG_LINE = re.compile(r"^\s*(\.loc\s|\.file\s|\.Ltmp\d+:)")
+_SECTION = re.compile(r"^\s*(\.section\s+(\S+)|\.text\b|\.data\b|\.bss\b)")
+
+
+def strip_debug_lines(asm: str) -> str:
+    """``asm`` without its debug information: no ``.loc``/``.file`` lines, no ``.Ltmp``
+    labels, no ``.debug_*`` sections (whose line tables and DIEs encode the same locations)."""
+    kept, in_debug = [], False
+    for line in asm.splitlines():
+        section = _SECTION.match(line)
+        if section:
+            in_debug = bool(section.group(2)) and section.group(2).strip('",').startswith(
+                ".debug_")
+        if in_debug or _DEBUG_LINE.match(line):
+            continue
+        kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -88,9 +112,10 @@ def design_space_text(case: Case) -> str:
     """The case's design space: every sketch's trace with its decisions at seed 1."""
     from qcompile import _tvm
     from schedules import get_design_space
+    from schedules.variants import compute_for
 
     kind = targets.get(case.preset).kind
-    mod = _tvm.normalize_mod(family_of(case.spec).compute_for(case.spec, kind))
+    mod = _tvm.normalize_mod(compute_for(case.spec, kind))
     sketches = get_design_space(case.spec, kind)(_tvm.Schedule(mod, seed=1), case.spec,
                                                   case.hardware())
     return "\n\n".join(f"# {case.name} sketch {i}\n{s.trace}" for i, s in enumerate(sketches)) \
@@ -101,16 +126,17 @@ def heuristic_texts(case: Case) -> tuple[str, str]:
     """(scheduled TensorIR, generated code) of the case's heuristic point."""
     from qcompile import _tvm
     from schedules import untuned_schedule
+    from schedules.variants import compute_for
 
     preset = targets.get(case.preset)
     hw = case.hardware()
-    mod = _tvm.normalize_mod(family_of(case.spec).compute_for(case.spec, preset.kind))
+    mod = _tvm.normalize_mod(compute_for(case.spec, preset.kind))
     sch = untuned_schedule(_tvm.Schedule(mod, seed=1), case.spec, preset.kind, hw)
     lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))
     if preset.kind == "cuda":
         code = "\n".join(m.inspect_source() for m in lib.mod.imports if m.kind == "cuda")
     else:
-        code = lib.mod.inspect_source("asm")
+        code = strip_debug_lines(lib.mod.inspect_source("asm"))
     return sch.mod.script(), code
 
 

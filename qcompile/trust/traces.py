@@ -58,7 +58,7 @@ from typing import Any
 
 import targets
 from qcompile.errors import QCompileError, RecordRefused, SpecError
-from qcompile.kernels import family_of, spec_from_dict
+from qcompile.kernels import spec_from_dict
 from targets.hardware import CpuHardware
 
 #: Seed of the schedules the policy is derived from (their decisions do not matter, only what
@@ -308,9 +308,10 @@ def _derive(spec, target_kind: str) -> TracePolicy:
     their traces hold."""
     from qcompile import _tvm
     from schedules import get_design_space
+    from schedules.variants import compute_for
     from tuning_db.database import _plain_json
 
-    mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, target_kind))
+    mod = _tvm.normalize_mod(compute_for(spec, target_kind))
     space = get_design_space(spec, target_kind)
     traces, problems = [], []
     for hw in hardware_models(target_kind):

@@ -20,6 +20,7 @@ from qcompile.measure import MeasurePolicy, measure_modules, measuring_provenanc
 from qcompile.trust.choice import Candidate, store_measurement
 from qcompile.trust.seals import Sealer
 from qcompile.trust.workloads import workload_database
+from schedules.variants import compute_for
 from tuning_db.models import PURPOSE_VERIFY
 from tuning_db.storage import Storage
 
@@ -65,7 +66,7 @@ def verify(storage: Storage, *, name: str | None = None, family: str | None = No
             except (QCompileError, ValueError, TypeError) as error:
                 out.append(Verified(info.name, preset.name, 0, 0, None, f"invalid spec: {error}"))
                 continue
-            mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, preset.kind))
+            mod = _tvm.normalize_mod(compute_for(spec, preset.kind))
             database = workload_database(storage, spec, tvm_target)
             found = database.candidates(mod, top)
             if not found:

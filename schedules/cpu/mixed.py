@@ -187,7 +187,8 @@ def design_space(sch: Schedule, spec: MixedSpec, hw: CpuHardware) -> list[Schedu
             for r in widths for sketch in SKETCHES]
 
 
-#: The untuned point (measured on 8192x28672, AVX2, 2 threads: README).
+#: The untuned point (measured on 8192x28672, AVX2, 2 threads: docs/design/mixed.md,
+#: "CPU: bandwidth with float32 x").
 HEURISTIC = {"n_reg": 4, "n_blk": 2, "g_unroll": 1}
 
 

@@ -364,9 +364,8 @@ def heuristic_knobs(spec: UniformSpec, hw: GpuHardware) -> tuple[str, dict[str, 
     most = HEURISTIC_LOAD_WORDS if staged else max(1, HEURISTIC_LOAD_WORDS // rows)
     if not staged and spec.groups > k_lanes:
         # x in registers and several groups per lane: half the batch leaves registers for more
-        # warps per SM (H200, 2026-11-23, tools/results/h200/uniform_sweep_lw.log: 50.3 against
-        # 52.8 us at 8192x28672, 57.7 against 69.0 at 28672x8192, 19.3 against 22.4 at
-        # 8192x8192; with one group per lane, 4096x4096, 8 rows stay ahead: 10.3 against 12.3)
+        # warps per SM (with one group per lane the whole batch stays ahead; measurements:
+        # docs/results/from-docstrings.md)
         most = max(1, most // 2)
     if spec.bits == 3:  # codes straddle words: two 3-word units in flight spill (ptxas)
         most = 1

@@ -20,6 +20,7 @@ from qcompile.kernels import BcqSpec, get_family
 from qcompile.kernels.bcq.compute import bcq_compute
 from qcompile.testing.cuda_emulator import aligned, emulate_all, ptxas_report
 from schedules.cuda import bcq as cuda_bcq
+from schedules.variants import compute_for
 
 FAMILY = get_family("bcq")
 PRESET = targets.get("cuda")
@@ -136,7 +137,7 @@ def test_heuristic_kernel_at_the_issue_shape():
     spec = BcqSpec(k=7168, n=28672, q=3, group_size=128, mu=4)
     knobs = cuda_bcq.heuristic_knobs(spec, HW)
     assert knobs == {"threads": 128, "cols": 4, "groups_per_block": 2, "unroll": 16}
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     sch = cuda_bcq.heuristic_schedule(_tvm.Schedule(mod), spec, HW)
     source = cuda_source(sch.mod)
     assert source == cuda_source(schedule(spec, knobs, stage_words=True).mod)
@@ -165,7 +166,7 @@ def test_sampled_knobs_build_and_replay():
     from schedules.knobs import categorical_decisions
 
     spec = BcqSpec(k=1024, n=1024, q=3, group_size=128, mu=4)
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     seen = set()
     for seed in (1, 2, 3):
         sch = cuda_bcq.design_space(_tvm.Schedule(mod, seed=seed), spec, HW)[seed + 1]

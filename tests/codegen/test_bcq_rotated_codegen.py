@@ -19,6 +19,7 @@ from qcompile.kernels.uniform.compute_cuda import compute_name
 from qcompile.manifest import read_manifest
 from qcompile.testing.cuda_emulator import aligned, emulate_all, ptxas_report
 from schedules.cuda import bcq_rotated
+from schedules.variants import compute_for
 
 FAMILY = get_family("bcq")
 PRESET = targets.get("cuda")
@@ -27,7 +28,7 @@ TARGET = _tvm.Target(PRESET.tvm_target())
 
 
 def scheduled(spec, knobs):
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     return bcq_rotated.sketch(_tvm.Schedule(mod), spec, HW, knobs)
 
 
@@ -57,13 +58,13 @@ def test_rotation_moves_each_chunk_to_its_step(group_size):
 
 def test_family_picks_the_rotated_compute_where_it_fits():
     fits = BcqSpec(k=1024, n=512, q=3, group_size=128, mu=8)
-    assert compute_name(FAMILY.compute_for(fits, "cuda")) == rotated.COMPUTE_NAME
+    assert compute_name(compute_for(fits, "cuda")) == rotated.COMPUTE_NAME
     for other in (BcqSpec(k=1024, n=512, q=3, group_size=128, mu=4),    # mu
                   BcqSpec(k=1024, n=512, q=3, group_size=128, mu=8, m=2),  # rows
                   BcqSpec(k=1024, n=320, q=3, group_size=128, mu=8),    # N % 128
                   BcqSpec(k=1536, n=512, q=3, group_size=512, mu=8)):   # 64 chunks > 32 slots
         assert rotated.unfit_reason(other) is not None
-        assert compute_name(FAMILY.compute_for(other, "cuda")) != rotated.COMPUTE_NAME
+        assert compute_name(compute_for(other, "cuda")) != rotated.COMPUTE_NAME
     with pytest.raises(SpecError, match="N=320 must be a multiple of 128"):
         rotated.check_spec(BcqSpec(k=1024, n=320, q=3, group_size=128, mu=8))
 
@@ -103,7 +104,7 @@ def test_heuristic_kernel_at_the_issue_shape():
     spec = BcqSpec(k=7168, n=28672, q=3, group_size=128, mu=8)
     knobs = bcq_rotated.heuristic_knobs(spec, HW)
     assert knobs == {"threads": 256, "groups_per_block": 1}
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     source = cuda_source(bcq_rotated.heuristic_schedule(_tvm.Schedule(mod), spec, HW).mod)
     assert source == cuda_source(scheduled(spec, knobs).mod)
     assert len(re.findall(r'extern "C" __global__ [^;{]*\{', source)) == 2

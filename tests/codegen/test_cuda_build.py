@@ -20,6 +20,7 @@ from qcompile.trust.seals import Sealer
 from qcompile.trust.workloads import workload_database
 from qcompile.tune import tune
 from schedules import space_generator
+from schedules.variants import compute_for
 from tuning_db import Storage
 from tuning_db.models import STATUS_OK
 
@@ -77,7 +78,7 @@ def test_search_yields_valid_candidates_that_build_and_replay(tmp_path):
     builds through ``qcompile build``'s path."""
     ms = _tvm.ms
     spec = UniformSpec(k=1024, n=1024, m=4)
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     context = ms.TuneContext(
         mod=mod, target=TARGET, space_generator=space_generator(spec, "cuda", HW),
         search_strategy=ms.search_strategy.EvolutionarySearch(

@@ -20,6 +20,7 @@ from qcompile.kernels.uniform import spec as spec_module
 from qcompile.testing import kernels
 from qcompile.testing.cuda_emulator import aligned, emulate, ptx, ptxas_report
 from schedules.cuda import uniform
+from schedules.variants import compute_for
 
 FAMILY = get_family("uniform")
 PRESET = targets.get("cuda")
@@ -28,7 +29,7 @@ TARGET = _tvm.Target(PRESET.tvm_target())
 
 
 def schedule(spec, sketch, knobs):
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     return uniform.sketch(_tvm.Schedule(mod), spec, HW, sketch, knobs)
 
 
@@ -111,7 +112,7 @@ def test_16_bit_activations_cast_in_and_out(monkeypatch, dtype, tolerance, group
 @pytest.mark.parametrize("m", [4, 16])
 def test_heuristic_schedule_is_correct(m):
     spec = UniformSpec(k=1024, n=256, bits=4, group_size=128, m=m)
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     sch = uniform.heuristic_schedule(_tvm.Schedule(mod), spec, HW)
     y, ref = run_emulated(spec, sch, seed=m)
     assert relative_error(y, ref) < 1e-5
@@ -167,7 +168,7 @@ def test_ptxas_accepts_heuristic_kernels_without_spills(bits, group_size, m):
     # Registers only: a register array indexed by a loop that is not unrolled would go to local
     # memory (stack bytes), as would accumulators too many for the register file (spills).
     spec = UniformSpec(k=8192, n=28672, bits=bits, group_size=group_size, m=m)
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     source = cuda_source(uniform.heuristic_schedule(_tvm.Schedule(mod), spec, HW))
     report = ptxas_report(source, arch=HW.arch)
     if report is None:

@@ -27,6 +27,7 @@ from qcompile.kernels.uniform.compute_int8 import quantized_activations
 from qcompile.testing.cuda_emulator import aligned, emulate, ptxas_report
 from qcompile.testing.kernels import relative_error
 from schedules.cuda import uniform_gemv_int8
+from schedules.variants import compute_for
 
 FAMILY = get_family("uniform")
 PRESET = targets.get("cuda")
@@ -115,7 +116,7 @@ def test_one_kernel_without_spills():
 
 def test_export_records_the_compute_and_plane_words(tmp_path):
     spec = UniformSpec(k=1024, n=2048, m=1, int8_activations=True)
-    assert FAMILY.compute_for(spec, "cuda").attrs[COMPUTE_ATTR] == COMPUTE_NAME
+    assert compute_for(spec, "cuda").attrs[COMPUTE_ATTR] == COMPUTE_NAME
     result = build_untuned(spec, PRESET, tmp_path)
     manifest = json.loads(result.manifest_path.read_text())
     assert manifest["layout"] == layout.plane_words()

@@ -21,6 +21,7 @@ from qcompile.kernels.uniform.compute_int8 import byte_planes, quantized_activat
 from qcompile.testing.cuda_emulator import aligned, emulate, ptxas_report
 from qcompile.testing.kernels import relative_error
 from schedules.cuda import uniform_int8
+from schedules.variants import compute_for
 
 FAMILY = get_family("uniform")
 PRESET = targets.get("cuda")
@@ -109,7 +110,7 @@ def test_too_few_groups_are_refused_with_the_rule():
 
 def test_export_records_the_layout_and_its_compute(tmp_path):
     spec = UniformSpec(k=1024, n=2048, m=1, bits=3, int8_activations=True)
-    assert FAMILY.compute_for(spec, "cuda").attrs[COMPUTE_ATTR] == COMPUTE_NAME  # 3 bits: dp4a
+    assert compute_for(spec, "cuda").attrs[COMPUTE_ATTR] == COMPUTE_NAME  # 3 bits: dp4a
     result = build_untuned(spec, PRESET, tmp_path)
     manifest = json.loads(result.manifest_path.read_text())
     assert manifest["layout"] == layout.plane_words()

@@ -34,6 +34,7 @@ from qcompile.kernels.uniform.compute_cuda_mma import (
 from qcompile.kernels.uniform.compute_int8 import byte_planes
 from qcompile.testing.cuda_emulator import ptxas_report
 from schedules import untuned_schedule
+from schedules.variants import compute_for
 
 FAMILY = get_family("uniform")
 PRESET = targets.get("cuda")
@@ -42,7 +43,7 @@ TARGET = _tvm.Target(PRESET.tvm_target())
 
 
 def cuda_source(spec) -> str:
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     sch = untuned_schedule(_tvm.Schedule(mod), spec, "cuda", HW)
     lib = _tvm.tvm.compile(sch.mod, target=TARGET)
     (device,) = [m for m in lib.mod.imports if m.kind == "cuda"]
@@ -59,9 +60,9 @@ def test_int8_specs_take_tensor_cores_from_two_rows():
     assert not uses_tensor_cores(spec(m=16, bits=3))           # no layout: dp4a
     assert not uses_tensor_cores(spec(m=16, group_size=-1))
     assert not uses_tensor_cores(spec(m=16, int8_activations=False))
-    assert FAMILY.compute_for(spec(m=16), "cuda").attrs[COMPUTE_ATTR] == COMPUTE_NAME
-    assert FAMILY.compute_for(spec(m=1), "cuda").attrs[COMPUTE_ATTR] == GEMV_COMPUTE_NAME
-    assert FAMILY.compute_for(spec(m=16, bits=3), "cuda").attrs[COMPUTE_ATTR] == DP4A_COMPUTE_NAME
+    assert compute_for(spec(m=16), "cuda").attrs[COMPUTE_ATTR] == COMPUTE_NAME
+    assert compute_for(spec(m=1), "cuda").attrs[COMPUTE_ATTR] == GEMV_COMPUTE_NAME
+    assert compute_for(spec(m=16, bits=3), "cuda").attrs[COMPUTE_ATTR] == DP4A_COMPUTE_NAME
 
 
 def test_rules_name_the_numbers():

@@ -14,6 +14,7 @@ from qcompile.kernels import MixedSpec, get_family
 from qcompile.testing.cuda_emulator import aligned, emulate, ptxas_report
 from schedules import get_design_space
 from schedules.cuda import mixed as cuda_mixed
+from schedules.variants import compute_for
 
 FAMILY = get_family("mixed")
 PRESET = targets.get("cuda")
@@ -24,7 +25,7 @@ WARPS = {"k_lanes": 4, "n_lanes": 8, "load_groups": 4, "unroll": 64}
 
 
 def schedule(spec, order, knobs=KNOBS):
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     return cuda_mixed.sketch(_tvm.Schedule(mod), spec, HW, order, knobs)
 
 
@@ -85,7 +86,7 @@ def test_design_space_offers_both_orders_with_valid_knobs():
     cands = cuda_mixed.knob_candidates(spec)
     assert cands["k_lanes"] == [1, 2, 4, 8, 16, 32]  # 384 2-bit groups, 32 4-bit scale groups
     assert max(cands["n_lanes"]) == 256
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     spaces = get_design_space(spec, "cuda")(_tvm.Schedule(mod, seed=3), spec, HW)
     assert len(spaces) == len(cuda_mixed.SKETCHES) == 4  # 2 orders x 2 K-lane layouts
     for sch in spaces:
@@ -129,7 +130,7 @@ def test_heuristic_fills_the_sms_with_k_warps():
 
 def test_heuristic_registers_leave_half_occupancy():
     report = ptxas_report(cuda_source(cuda_mixed.heuristic_schedule(
-        _tvm.Schedule(_tvm.normalize_mod(FAMILY.compute_for(MixedSpec(k=8192, n=28672),
+        _tvm.Schedule(_tvm.normalize_mod(compute_for(MixedSpec(k=8192, n=28672),
                                                             "cuda"))),
         MixedSpec(k=8192, n=28672), HW)))
     if report is None:

@@ -18,6 +18,7 @@ from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
 from qcompile.testing.cuda_emulator import aligned, emulate_all, ptxas_report
 from qcompile.testing.kernels import relative_error
 from schedules.cuda import mixed_int8
+from schedules.variants import compute_for
 
 FAMILY = get_family("mixed")
 PRESET = targets.get("cuda")
@@ -68,7 +69,7 @@ def test_plane_words_are_the_format_words_and_unpack_back():
 
 
 def _emulated(spec, sketch, knobs, seed):
-    sch = mixed_int8.sketch(_tvm.Schedule(_tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))),
+    sch = mixed_int8.sketch(_tvm.Schedule(_tvm.normalize_mod(compute_for(spec, "cuda"))),
                             spec, HW, sketch, knobs)
     x, tensors, ops = operands(spec, seed)
     lay = spec.layout
@@ -104,7 +105,7 @@ def test_the_untuned_kernel_at_the_measured_shape_uses_dp4a_without_spills():
     assert mixed_int8.heuristic_knobs(MixedSpec(k=8192, n=28672, m=4, int8_activations=True),
                                       HW)[0] == "sync+k_warps"
     sch = mixed_int8.heuristic_schedule(
-        _tvm.Schedule(_tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))), spec, HW)
+        _tvm.Schedule(_tvm.normalize_mod(compute_for(spec, "cuda"))), spec, HW)
     lib = _tvm.tvm.compile(sch.mod, target=TARGET)
     (device,) = [m for m in lib.mod.imports if m.kind == "cuda"]
     source = device.inspect_source()
@@ -119,13 +120,13 @@ def test_the_untuned_kernel_at_the_measured_shape_uses_dp4a_without_spills():
 def test_design_space_holds_every_sketch():
     spec = MixedSpec(k=1024, n=256, int8_activations=True)
     spaces = mixed_int8.design_space(
-        _tvm.Schedule(_tvm.normalize_mod(FAMILY.compute_for(spec, "cuda")), seed=1), spec, HW)
+        _tvm.Schedule(_tvm.normalize_mod(compute_for(spec, "cuda")), seed=1), spec, HW)
     assert len(spaces) == len(mixed_int8.SKETCHES)
 
 
 def test_export_records_the_layout_and_its_compute(tmp_path):
     spec = MixedSpec(k=1024, n=256, m=2, int8_activations=True)
-    assert FAMILY.compute_for(spec, "cuda").attrs[COMPUTE_ATTR] == COMPUTE_NAME
+    assert compute_for(spec, "cuda").attrs[COMPUTE_ATTR] == COMPUTE_NAME
     result = build_untuned(spec, PRESET, tmp_path)
     manifest = json.loads(result.manifest_path.read_text())
     assert manifest["layout"] == layout.plane_words()

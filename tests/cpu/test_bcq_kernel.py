@@ -13,11 +13,12 @@ import torch
 import qcompile
 from qcompile import _tvm
 from qcompile.errors import ArgumentError, FormatError, SpecError
-from qcompile.formats.gptq import quantize_rtn
 from qcompile.kernels import BcqSpec, UniformSpec, get_family
+from qcompile.quantize.rtn import quantize_rtn
 from qcompile.testing.kernels import compile_fixed, relative_error
 from schedules.cpu import bcq as cpu_bcq
 from schedules.cpu import uniform as cpu_uniform
+from schedules.variants import compute_for
 
 BCQ = get_family("bcq")
 UNIFORM = get_family("uniform")
@@ -156,7 +157,7 @@ def test_avx512_build_uses_16_lanes(sketch):
     preset = targets.get("avx512")
     hw = preset.hardware()
     spec = BcqSpec(k=256, n=128, q=2, group_size=64, mu=8)
-    sch = sketch(_tvm.Schedule(BCQ.compute(spec)), spec, hw, TILES)
+    sch = sketch(_tvm.Schedule(compute_for(spec, "cpu")), spec, hw, TILES)
     asm = _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw))).mod.inspect_source(
         "asm")
     assert "%zmm" in asm

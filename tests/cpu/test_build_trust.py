@@ -12,12 +12,13 @@ import pytest
 from qcompile import _tvm
 from qcompile.build import build
 from qcompile.errors import NoRecordError
-from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels import UniformSpec
 from qcompile.testing.records import TILES, uniform_trace
 from qcompile.trust import records
 from qcompile.trust.seals import Sealer
 from qcompile.trust.workloads import workload_database
 from qcompile.tune import tune
+from schedules.variants import compute_for
 from tuning_db import Provenance, Storage, transfer
 from tuning_db.database import record_digest, record_json
 
@@ -31,7 +32,7 @@ def _forge(storage, preset, claimed_secs):
     made-up provenance and a latency nobody measured (no seal). Returns its digest."""
     target = _tvm.Target(preset.tvm_target(preset.hardware()))
     database = workload_database(storage, SPEC, target)
-    mod = _tvm.normalize_mod(get_family("uniform").compute(SPEC))
+    mod = _tvm.normalize_mod(compute_for(SPEC, "cpu"))
     workload = database.register(mod)
     taken = {r.digest for r in storage.records()}
     for index in range(len(TILES)):

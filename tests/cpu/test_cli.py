@@ -54,7 +54,7 @@ def test_tune_build_load_in_a_fresh_process(tmp_path, env, avx2):
         (shipped / name).write_bytes((out / name).read_bytes())
     script = textwrap.dedent(f"""
         import numpy as np, torch, qcompile
-        from qcompile.formats.gptq import quantize_rtn
+        from qcompile.quantize.rtn import quantize_rtn
         k = qcompile.load({str(shipped / so.name)!r})
         rng = np.random.default_rng(0)
         t = quantize_rtn(rng.standard_normal((256, 256)).astype(np.float32), 4, 128)

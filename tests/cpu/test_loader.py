@@ -11,6 +11,7 @@ import qcompile
 from qcompile import _tvm
 from qcompile.errors import LoadError
 from qcompile.kernels import UniformSpec, get_family
+from schedules.variants import compute_for
 from targets import host
 
 SPEC = UniformSpec(k=128, n=64, bits=4, group_size=64)
@@ -26,7 +27,7 @@ def built(tmp_path_factory):
 
     preset = targets.get("avx2")
     hw = preset.hardware()
-    sch = uniform.register_tile(_tvm.Schedule(FAMILY.compute(SPEC)), SPEC, hw,
+    sch = uniform.register_tile(_tvm.Schedule(compute_for(SPEC, "cpu")), SPEC, hw,
                                 {"n_blk": 1, "n_reg": 2})
     target = _tvm.Target(preset.tvm_target(hw))
     out = tmp_path_factory.mktemp("built")

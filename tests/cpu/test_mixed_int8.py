@@ -61,7 +61,7 @@ def test_outliers_multiply_the_float_activations(avx2):
     layout = weight_layout.n_tiled(16)
     with_outliers = FAMILY.run(spec, function, x, FAMILY.prepare(spec, layout=layout, **tensors))
     without = FAMILY.run(spec, function, x, FAMILY.prepare(spec, layout=layout, **silent))
-    sparse = x.astype(np.float64) @ FAMILY.mixed_tensors(spec, **tensors).outliers()
+    sparse = x.astype(np.float64) @ FAMILY.checkpoint_tensors(spec, **tensors).outliers()
     np.testing.assert_allclose((with_outliers - without).numpy(), sparse, rtol=1e-4, atol=1e-5)
     rounded = compute_int8.quantized_activations(x[None], spec.g1)[0]
     assert np.abs(rounded - x).max() > 1e-3  # the two x differ: the check above can tell

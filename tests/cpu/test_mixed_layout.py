@@ -14,7 +14,9 @@ from qcompile.kernels import MixedSpec, get_family
 from qcompile.kernels.mixed import layout as mixed_layout
 from qcompile.kernels.mixed.measure import alloc_arguments
 from qcompile.testing.kernels import relative_error
+from schedules import variants
 from schedules.cpu import mixed as cpu_mixed
+from schedules.variants import compute_for
 
 FAMILY = get_family("mixed")
 SPEC = MixedSpec(k=512, n=256, m=2, g4=64, outlier_share=0.01)
@@ -56,10 +58,10 @@ def test_a_tile_must_hold_whole_second_order_groups():
 def test_tiled_kernel_matches_reference(avx2, tiles):
     hw = avx2.hardware()
     tile_n = tiles["n_reg"] * cpu_mixed.vector_lanes(SPEC, hw)
-    sch = cpu_mixed.with_layout(_tvm.Schedule(FAMILY.compute(SPEC)), SPEC, tile_n)
+    sch = cpu_mixed.with_layout(_tvm.Schedule(compute_for(SPEC, "cpu")), SPEC, tile_n)
     sch = cpu_mixed.register_tile(sch, SPEC, hw, tiles)
     func = next(iter(sch.mod.functions.values()))
-    layout = FAMILY.layout_of(func)
+    layout = variants.get("mixed_cpu").layout(SPEC, func)
     assert layout == mixed_layout.n_tiled(tile_n)
     function = _tvm.tvm.compile(sch.mod, target=_tvm.Target(avx2.tvm_target(hw)))[SPEC.name()]
     rng = np.random.default_rng(7)
@@ -73,9 +75,10 @@ def test_tiled_kernel_matches_reference(avx2, tiles):
 
 def test_design_space_applies_the_layout_of_each_sketch(avx2):
     hw = avx2.hardware()
-    spaces = cpu_mixed.design_space(_tvm.Schedule(FAMILY.compute(SPEC), seed=3), SPEC, hw)
+    spaces = cpu_mixed.design_space(_tvm.Schedule(compute_for(SPEC, "cpu"), seed=3), SPEC, hw)
     lanes = cpu_mixed.vector_lanes(SPEC, hw)
-    tiles = [FAMILY.layout_of(next(iter(s.mod.functions.values())))["tile_n"] for s in spaces]
+    layout = variants.get("mixed_cpu").layout
+    tiles = [layout(SPEC, next(iter(s.mod.functions.values())))["tile_n"] for s in spaces]
     assert tiles == [r * lanes for r in cpu_mixed.tile_widths(SPEC, hw)] and tiles
     for sch in spaces:
         assert "T.parallel" in sch.mod.script()
@@ -101,7 +104,7 @@ def test_untuned_build_records_the_layout_and_refuses_other_weights(tmp_path, av
 
 def test_measurement_operands_follow_the_candidates_layout(avx2):
     hw = avx2.hardware()
-    sch = cpu_mixed.heuristic_schedule(_tvm.Schedule(FAMILY.compute(SPEC)), SPEC, hw)
+    sch = cpu_mixed.heuristic_schedule(_tvm.Schedule(compute_for(SPEC, "cpu")), SPEC, hw)
     func = next(iter(sch.mod.functions.values()))
     args_info = [(None, None, [int(d) for d in p.shape]) for p in func.params]
     (arrays,) = alloc_arguments(SPEC.to_json(), _tvm.tvm.cpu(0), args_info, 1)

@@ -15,6 +15,7 @@ from qcompile.kernels import UniformSpec, get_family
 from qcompile.kernels.uniform import layout as weight_layout
 from qcompile.testing.kernels import relative_error
 from schedules.cpu import uniform as cpu_uniform
+from schedules.variants import compute_for
 
 FAMILY = get_family("uniform")
 
@@ -33,7 +34,7 @@ def check(spec, function, layout, seed):
 def test_every_sketch_of_the_space_matches_reference(avx2, bits, group_size):
     spec = UniformSpec(k=512, n=128, bits=bits, group_size=group_size, m=2)
     hw = avx2.hardware()
-    mod = _tvm.normalize_mod(FAMILY.compute(spec))
+    mod = _tvm.normalize_mod(compute_for(spec, "cpu"))
     target = _tvm.Target(avx2.tvm_target(hw))
     spaces = cpu_uniform.design_space(_tvm.Schedule(mod, seed=bits), spec, hw)
     assert len(spaces) == 2 * len(cpu_uniform.plans(spec, hw))

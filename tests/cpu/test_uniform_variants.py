@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from qcompile.formats.gptq import GptqTensors, pack_zeros, quantize_rtn
+from qcompile.formats.gptq import GptqTensors, pack_zeros
 from qcompile.kernels import UniformSpec, get_family
+from qcompile.quantize.rtn import quantize_rtn
 from qcompile.testing.kernels import compile_fixed, relative_error
 from schedules.cpu import uniform as cpu_uniform
 

@@ -11,10 +11,11 @@ import qcompile
 import targets
 from qcompile.build import build, build_untuned
 from qcompile.errors import ArgumentError
-from qcompile.formats.gptq import quantize_rtn
 from qcompile.kernels import BcqSpec, UniformSpec, get_family
+from qcompile.quantize.rtn import quantize_rtn
 from qcompile.testing import kernels
 from qcompile.tune import tune
+from schedules.variants import compute_for
 from tuning_db import Storage
 
 pytestmark = pytest.mark.cuda
@@ -61,7 +62,7 @@ def test_sketches_are_correct(tmp_path, knobs, stage_words, unroll_groups, words
 
     spec = BcqSpec(k=2048, n=2048, q=3, group_size=128, mu=4)
     hw = PRESET.hardware()
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     sch = cuda_bcq.sketch(_tvm.Schedule(mod), spec, hw, knobs, stage_words=stage_words,
                           unroll_groups=unroll_groups, words_inner=words_inner,
                           sums_first=sums_first)
@@ -85,7 +86,7 @@ def test_rotated_kernels_are_correct(tmp_path, threads, groups_per_block):
 
     spec = BcqSpec(k=2048, n=2048, q=3, group_size=128, mu=8)
     hw = PRESET.hardware()
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     sch = bcq_rotated.sketch(_tvm.Schedule(mod), spec, hw,
                              {"threads": threads, "groups_per_block": groups_per_block})
     so, _ = export(spec, PRESET, _tvm.Target(PRESET.tvm_target(hw)), sch.mod, tmp_path,

@@ -16,6 +16,7 @@ from qcompile.build import build, build_untuned
 from qcompile.kernels import MixedSpec, get_family
 from qcompile.tune import tune
 from schedules.cuda import mixed as cuda_mixed
+from schedules.variants import compute_for
 from tuning_db import Storage
 
 pytestmark = pytest.mark.cuda
@@ -42,7 +43,7 @@ def check(spec, function, seed: int) -> float:
 def test_both_orders_match_reference(order, m):
     spec = MixedSpec(k=4096, n=4096, m=m)
     hw = PRESET.hardware()
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     sch = cuda_mixed.heuristic_schedule(_tvm.Schedule(mod), spec, hw, order)
     lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(PRESET.tvm_target(hw)))
     check(spec, lib[spec.name()], seed=m)
@@ -59,7 +60,7 @@ def test_every_sketch_matches_reference(sketch, knobs):
     shape's K and g4 with a smaller N."""
     spec = MixedSpec(k=8192, n=2048)
     hw = PRESET.hardware()
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     sch = cuda_mixed.sketch(_tvm.Schedule(mod), spec, hw, sketch, knobs)
     lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(PRESET.tvm_target(hw)))
     check(spec, lib[spec.name()], seed=3)

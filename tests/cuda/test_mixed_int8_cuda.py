@@ -15,6 +15,7 @@ from qcompile.build import build, build_untuned
 from qcompile.kernels import MixedSpec, get_family
 from qcompile.tune import tune
 from schedules.cuda import mixed_int8
+from schedules.variants import compute_for
 from tuning_db import Storage
 
 pytestmark = pytest.mark.cuda
@@ -50,7 +51,7 @@ def test_every_sketch(tmp_path, sketch):
     spec = MixedSpec(k=2048, n=1024, m=2, outlier_share=0.01, int8_activations=True)
     hw = PRESET.hardware()
     knobs = {"k_lanes": 4, "n_lanes": 8, "load_groups": 2, "unroll": 64}
-    sch = mixed_int8.sketch(_tvm.Schedule(_tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))),
+    sch = mixed_int8.sketch(_tvm.Schedule(_tvm.normalize_mod(compute_for(spec, "cuda"))),
                             spec, hw, sketch, knobs)
     so, _ = export(spec, PRESET, _tvm.Target(PRESET.tvm_target(hw)), sch.mod, tmp_path,
                    {"id": None, "sketch": sketch})

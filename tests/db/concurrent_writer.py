@@ -15,13 +15,15 @@ import json
 import sys
 import time
 
+from schedules.variants import compute_for
+
 
 def main(urls: str, index: int, barrier: str, out_path: str) -> None:
     from pathlib import Path
 
     import targets
     from qcompile import _tvm
-    from qcompile.kernels import UniformSpec, get_family
+    from qcompile.kernels import UniformSpec
     from qcompile.trust.workloads import workload_database
     from schedules.cpu import uniform
     from tuning_db import STATUS_BUILD_ERROR, STATUS_OK, Storage
@@ -32,7 +34,7 @@ def main(urls: str, index: int, barrier: str, out_path: str) -> None:
     target = _tvm.Target(preset.tvm_target(hw))
     shared = UniformSpec(k=128, n=64, bits=4, group_size=32)
     own = UniformSpec(k=128, n=64 + 16 * (index + 1), bits=4, group_size=32)
-    mods = {spec: _tvm.normalize_mod(get_family("uniform").compute(spec)) for spec in (shared, own)}
+    mods = {spec: _tvm.normalize_mod(compute_for(spec, "cpu")) for spec in (shared, own)}
 
     tiles = [(1, 1), (1, 2), (2, 2), (1, 4), (2, 4), (4, 4), (1, 8), (2, 8)]
 

@@ -17,8 +17,9 @@ import pytest
 from qcompile import _tvm
 from qcompile.build import build
 from qcompile.errors import NoRecordError, RecordRefused
-from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels import UniformSpec
 from qcompile.trust.workloads import workload_database
+from schedules.variants import compute_for
 from tuning_db import STATUS_OK, Provenance, Storage
 from tuning_db.database import record_digest
 
@@ -48,7 +49,7 @@ def _database(storage: Storage, target):
 
 
 def _mod():
-    return _tvm.normalize_mod(get_family("uniform").compute(SPEC))
+    return _tvm.normalize_mod(compute_for(SPEC, "cpu"))
 
 
 def _schedule(hw):

@@ -25,8 +25,9 @@ from sqlalchemy.engine import make_url
 import targets
 from qcompile import _tvm
 from qcompile.errors import DatabaseError, NoRecordError
-from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels import UniformSpec
 from qcompile.trust import records
+from schedules.variants import compute_for
 from tuning_db import Storage, transfer
 from tuning_db.url import (
     MASK,
@@ -231,7 +232,7 @@ def _fill(storage: Storage, latencies=(3e-5, 1e-5, 2e-5)) -> None:
 
     database = workload_database(storage, SPEC, _target(), provenance=measuring_provenance(
         targets.get("avx2")), sealer=Sealer.load())
-    mod = _tvm.normalize_mod(get_family("uniform").compute(SPEC))
+    mod = _tvm.normalize_mod(compute_for(SPEC, "cpu"))
     workload = database.commit_workload(mod)
     args_info = _tvm.ms.arg_info.ArgInfo.from_prim_func(mod["main"])
     tiles = [(1, 1), (1, 2), (2, 2), (1, 4)]
@@ -363,7 +364,7 @@ def test_layers_describe_and_the_record_source(secret_source, tmp_path):
     described = layers.describe()
     assert_clean(described)
     assert "password=***" in described and "(read-only)" in described
-    mod = _tvm.normalize_mod(get_family("uniform").compute(SPEC))
+    mod = _tvm.normalize_mod(compute_for(SPEC, "cpu"))
     _, best = workload_database(layers.writer, SPEC, _target(), readers=layers.readers).best(mod)
     assert_clean(best.database)
 

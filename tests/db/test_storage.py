@@ -7,8 +7,9 @@ import pytest
 import targets
 from qcompile import _tvm
 from qcompile.errors import DatabaseError
-from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels import UniformSpec
 from qcompile.trust.workloads import workload_database
+from schedules.variants import compute_for
 from tuning_db import STATUS_BUILD_ERROR, STATUS_OK, Storage
 
 SPEC = UniformSpec(k=256, n=128, bits=4, group_size=64)
@@ -25,7 +26,7 @@ def _database(storage, target, **kwargs):
 
 
 def _mod(spec=SPEC):
-    return _tvm.normalize_mod(get_family("uniform").compute(spec))
+    return _tvm.normalize_mod(compute_for(spec, "cpu"))
 
 
 def _record(database, mod, run_secs, seed=1):
@@ -107,7 +108,7 @@ def test_changed_tensorir_is_refused(db_url):
     mod = _mod()
     database.commit_workload(mod)
     other = _tvm.normalize_mod(
-        get_family("uniform").compute(SPEC).with_attr("qcompile.extra", "changed"))
+        compute_for(SPEC, "cpu").with_attr("qcompile.extra", "changed"))
     fresh = _database(storage, _target("avx2"))
     with pytest.raises(DatabaseError, match="different TensorIR"):
         fresh.register(other)

@@ -8,10 +8,11 @@ import pytest
 import targets
 from qcompile import _tvm
 from qcompile.errors import DatabaseError
-from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels import UniformSpec
 from qcompile.testing.records import commit_records, uniform_trace
 from qcompile.trust import records
 from qcompile.trust.workloads import workload_database
+from schedules.variants import compute_for
 from tuning_db import Provenance, Storage, transfer
 from tuning_db.layers import Layers, open_layers
 
@@ -24,7 +25,7 @@ def _target():
 
 
 def _mod():
-    return _tvm.normalize_mod(get_family("uniform").compute(SPEC))
+    return _tvm.normalize_mod(compute_for(SPEC, "cpu"))
 
 
 def _fill(database, secs_by_tile):
@@ -148,7 +149,7 @@ def test_layered_lookup_reads_shared_then_local_and_writes_local(db_url, tmp_pat
     assert [float(r.run_secs[0]) for r in database.get_top_k(database.commit_workload(mod), 5)] \
         == [1e-5, 2e-5, 3e-5]
     other_spec = UniformSpec(k=256, n=64)
-    other = _tvm.normalize_mod(get_family("uniform").compute(other_spec))
+    other = _tvm.normalize_mod(compute_for(other_spec, "cpu"))
     with pytest.raises(DatabaseError, match="read-only"):
         workload_database(shared, other_spec, _target()).register(other)
 

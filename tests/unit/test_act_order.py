@@ -8,7 +8,8 @@ from qcompile.formats.act_order import (
     permute_packed_rows,
     sequential_permutation,
 )
-from qcompile.formats.gptq import GptqTensors, quantize_rtn
+from qcompile.formats.gptq import GptqTensors
+from qcompile.quantize.rtn import quantize_rtn
 
 
 def scrambled_g_idx(k, group_size, seed):

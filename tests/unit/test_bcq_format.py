@@ -10,8 +10,9 @@ from hypothesis.extra import numpy as hnp
 from qcompile.errors import FormatError
 from qcompile.formats import bcq
 from qcompile.formats.act_order import reorder
-from qcompile.formats.bcq_quantize import quantize_bcq
-from qcompile.formats.gptq import GptqTensors, quantize_rtn
+from qcompile.formats.gptq import GptqTensors
+from qcompile.quantize.bcq import quantize_bcq
+from qcompile.quantize.rtn import quantize_rtn
 
 
 @st.composite

@@ -17,6 +17,7 @@ from qcompile.kernels import UniformSpec, get_family
 from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
 from schedules import knobs
 from schedules.cuda import uniform
+from schedules.variants import compute_for
 
 GOLDEN = Path(__file__).parent / "golden" / "uniform_cuda_design_space.txt"
 HW = targets.get("cuda").hardware()
@@ -24,7 +25,7 @@ FAMILY = get_family("uniform")
 
 
 def _mod(spec):
-    return _tvm.normalize_mod(FAMILY.compute_for(spec, "cuda"))
+    return _tvm.normalize_mod(compute_for(spec, "cuda"))
 
 
 def _traces() -> str:
@@ -45,8 +46,8 @@ def test_design_space_matches_golden():
 
 def test_cuda_compute_is_chosen_for_cuda_only():
     spec = UniformSpec(k=256, n=128)
-    assert COMPUTE_ATTR in FAMILY.compute_for(spec, "cuda").attrs
-    assert COMPUTE_ATTR not in FAMILY.compute_for(spec, "cpu").attrs
+    assert COMPUTE_ATTR in compute_for(spec, "cuda").attrs
+    assert COMPUTE_ATTR not in compute_for(spec, "cpu").attrs
     names = {"scale_x", "group_dot", "combine"}
     sch = _tvm.Schedule(_mod(spec))
     assert {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))} == names

@@ -9,8 +9,9 @@ import os
 from pathlib import Path
 
 from qcompile import _tvm
-from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels import UniformSpec
 from schedules.cpu import uniform
+from schedules.variants import compute_for
 from targets.hardware import CpuHardware
 
 GOLDEN = Path(__file__).parent / "golden" / "uniform_cpu_design_space.txt"
@@ -20,7 +21,7 @@ HW = CpuHardware(l1d_bytes=48 << 10, l2_bytes=1 << 20, l3_bytes=32 << 20,
 
 def _traces() -> str:
     spec = UniformSpec(k=256, n=128, bits=4, group_size=64)
-    mod = _tvm.normalize_mod(get_family("uniform").compute(spec))
+    mod = _tvm.normalize_mod(compute_for(spec, "cpu"))
     spaces = uniform.design_space(_tvm.Schedule(mod, seed=1), spec, HW)
     return "\n\n".join(f"# sketch {i}\n{s.trace}" for i, s in enumerate(spaces)) + "\n"
 
@@ -35,7 +36,7 @@ def test_design_space_matches_golden():
 
 def test_every_sketch_builds_and_is_parallel():
     spec = UniformSpec(k=256, n=128, bits=4, group_size=64)
-    mod = _tvm.normalize_mod(get_family("uniform").compute(spec))
+    mod = _tvm.normalize_mod(compute_for(spec, "cpu"))
     for sch in uniform.design_space(_tvm.Schedule(mod, seed=2), spec, HW):
         assert "T.parallel" in sch.mod.script()
         assert "T.vectorized" in sch.mod.script()

@@ -3,7 +3,8 @@ import pytest
 
 from qcompile.errors import FormatError
 from qcompile.formats import bitpack
-from qcompile.formats.gptq import GptqTensors, pack_zeros, quantize_rtn, unpack_zeros
+from qcompile.formats.gptq import GptqTensors, pack_zeros, unpack_zeros
+from qcompile.quantize.rtn import quantize_rtn
 
 BITS = bitpack.SUPPORTED_BITS
 

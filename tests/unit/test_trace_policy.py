@@ -16,7 +16,7 @@ import pytest
 
 from qcompile import _tvm
 from qcompile.errors import RecordRefused
-from qcompile.kernels import BcqSpec, UniformSpec, family_of
+from qcompile.kernels import BcqSpec, UniformSpec
 from qcompile.trust.traces import (
     check_record_trace,
     check_trace,
@@ -24,6 +24,7 @@ from qcompile.trust.traces import (
     target_kind_of,
 )
 from schedules import get_design_space
+from schedules.variants import compute_for
 from targets.hardware import CpuHardware
 from tuning_db.database import _plain_json
 
@@ -59,7 +60,7 @@ def _hw(target_kind: str):
 
 
 def _schedule(spec, target_kind, seed=1):
-    mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, target_kind))
+    mod = _tvm.normalize_mod(compute_for(spec, target_kind))
     return get_design_space(spec, target_kind)(_tvm.Schedule(mod, seed=seed), spec,
                                                _hw(target_kind))[0]
 

@@ -16,13 +16,14 @@ from hypothesis import strategies as st
 import targets
 from qcompile import _tvm
 from qcompile.errors import SpecError
-from qcompile.kernels import BcqSpec, MixedSpec, UniformSpec, family_of
+from qcompile.kernels import BcqSpec, MixedSpec, UniformSpec
 from qcompile.kernels.bcq import compute_cuda_rotated as rotated
 from qcompile.kernels.uniform import compute_cuda_gemv_int8 as gemv
 from qcompile.kernels.uniform import compute_cuda_mma as mma
 from qcompile.kernels.uniform.compute_cuda import compute_name
 from qcompile.trust.traces import check_trace, policy_for
 from schedules import get_design_space
+from schedules.variants import compute_for
 from targets.hardware import CpuHardware
 from tuning_db.database import _plain_json
 
@@ -124,7 +125,7 @@ def test_every_trace_our_spaces_produce_passes(variant, data, seed):
     strategy, target_kind, expected_compute = VARIANTS[variant]
     try:
         spec = data.draw(strategy, label="spec")
-        mod = _tvm.normalize_mod(family_of(spec).compute_for(spec, target_kind))
+        mod = _tvm.normalize_mod(compute_for(spec, target_kind))
     except SpecError:
         reject()
     if expected_compute is not None:

@@ -7,9 +7,10 @@ import torch
 
 from qcompile.errors import FormatError, SpecError
 from qcompile.formats import bitpack
-from qcompile.formats.gptq import GptqTensors, pack_zeros, quantize_rtn
+from qcompile.formats.gptq import GptqTensors, pack_zeros
 from qcompile.kernels import UniformSpec, spec_from_dict
 from qcompile.kernels.uniform import FAMILY
+from qcompile.quantize.rtn import quantize_rtn
 
 
 def dense(spec, prepared):

@@ -1,9 +1,8 @@
 """The one module of the harness that reaches into qcompile past its public surface.
 
-qcompile's kernels are being reorganised (variants, layouts and quantizers moving); keeping
-every such import here means a move touches this file only. Everything else in tools/ uses
-``qcompile.kernels`` (families, specs), ``qcompile.kernel_cache``, ``qcompile.build``,
-``qcompile.runtime``/``qcompile.load`` and ``qcompile.tune``.
+Keeping every such import here means a move inside qcompile touches this file only. Everything
+else in tools/ uses ``qcompile.kernels`` (families, specs), ``qcompile.kernel_cache``,
+``qcompile.build``, ``qcompile.runtime``/``qcompile.load`` and ``qcompile.tune``.
 """
 
 from __future__ import annotations
@@ -70,15 +69,14 @@ def replay_best(storage, spec, onto, preset, out_dir):
     of ``onto`` (another spec of the same family: the same schedule, e.g. with act_order)."""
     from qcompile import _tvm
     from qcompile.build import export
-    from qcompile.kernels import family_of
     from qcompile.trust.workloads import workload_database
+    from schedules.variants import compute_for
 
     target = _tvm.Target(preset.tvm_target(preset.hardware()))
-    family = family_of(spec)
     _, record = workload_database(storage, spec, target).best(
-        _tvm.normalize_mod(family.compute(spec)))
+        _tvm.normalize_mod(compute_for(spec, preset.kind)))
     mod = workload_database(storage, onto, target).replay(
-        _tvm.normalize_mod(family.compute(onto)), record)
+        _tvm.normalize_mod(compute_for(onto, preset.kind)), record)
     so, _ = export(onto, preset, target, mod, out_dir,
                    {"id": record.id, "replayed_from": spec.name()})
     return so, record.id

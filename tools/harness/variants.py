@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 
 def build_variant(job: dict, make_spec: Callable, schedule: Callable,
-                  compute: Callable | None = None) -> dict:
+                  variant: str | None = None) -> dict:
     """Build ``job`` into ``job["dir"]``: ``job`` plus ``so`` and ``build_s``, or ``error``.
 
     Parameters
@@ -25,14 +25,14 @@ def build_variant(job: dict, make_spec: Callable, schedule: Callable,
         ``() -> KernelSpec``, called inside the error capture (a spec rule is a result too).
     schedule : callable
         ``(Schedule, spec, GpuHardware) -> Schedule``: the variant's pinned sketch.
-    compute : callable, optional
-        ``spec -> PrimFunc``, the workload the sketch schedules (default: the family's CUDA
-        compute for the spec).
+    variant : str, optional
+        The kernel variant (schedules/variants.py) whose compute the sketch schedules (default:
+        the one the spec gets on CUDA).
     """
     import targets
     from qcompile import _tvm
     from qcompile.build import export
-    from qcompile.kernels import family_of
+    from schedules import variants
 
     started = time.monotonic()
     try:
@@ -40,10 +40,11 @@ def build_variant(job: dict, make_spec: Callable, schedule: Callable,
         preset = targets.get("cuda")
         hw = preset.hardware()
         target = _tvm.Target(preset.tvm_target(hw))
-        func = compute(spec) if compute else family_of(spec).compute_for(spec, "cuda")
-        mod = _tvm.normalize_mod(func)
+        chosen = variants.get(variant) if variant else variants.choose(spec, "cuda")
+        mod = _tvm.normalize_mod(chosen.build_compute(spec))
         sch = schedule(_tvm.Schedule(mod), spec, hw)
-        so, _ = export(spec, preset, target, sch.mod, job["dir"], {"id": None, "sweep": job})
+        so, _ = export(spec, preset, target, sch.mod, job["dir"], {"id": None, "sweep": job},
+                       variant=chosen)
         return {**job, "so": str(so), "build_s": time.monotonic() - started}
     except Exception as error:  # noqa: BLE001 - a variant that does not build is a result
         return {**job, "error": f"{type(error).__name__}: {str(error)[-300:]}"}

@@ -58,8 +58,8 @@ import qcompile
 import targets
 from qcompile.build import build, build_untuned
 from qcompile.errors import NoRecordError
-from qcompile.formats.gptq import quantize_rtn
 from qcompile.kernels import BcqSpec, family_of
+from qcompile.quantize.rtn import quantize_rtn
 from qcompile.tune import tune
 from tools.harness.bandwidth import cuda_copy as copy_bandwidth
 from tools.harness.cuda_timing import GraphTimer as Timed
@@ -194,7 +194,6 @@ def grid_variants(k: int, n: int, q: int, group_size: int, mus: list[int]) -> li
 
 def _build_variant(job: dict) -> dict:
     """Build one variant (in a worker process): the .so path, or the error."""
-    from qcompile.kernels.bcq.compute import bcq_compute
     from schedules.cuda import bcq as cuda_bcq
     from schedules.cuda import bcq_rotated
     from tools.harness.variants import build_variant
@@ -210,7 +209,7 @@ def _build_variant(job: dict) -> dict:
                                sums_first=job.get("sums_first", False))
 
     return build_variant(job, lambda: BcqSpec(**job["spec"]), schedule,
-                         compute=lambda spec: bcq_compute(spec, gpu=True))
+                         variant="bcq_cuda_tables")
 
 
 def label(v: dict) -> str:

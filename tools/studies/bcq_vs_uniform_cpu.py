@@ -59,6 +59,7 @@ from qcompile.formats.bcq import unpack_planes  # noqa: E402
 from qcompile.kernels import BcqSpec, UniformSpec, get_family  # noqa: E402
 from schedules.cpu import bcq as cpu_bcq  # noqa: E402
 from schedules.cpu import uniform as cpu_uniform  # noqa: E402
+from schedules.variants import compute_for  # noqa: E402
 from tools.harness.bandwidth import cpu_copy  # noqa: E402
 
 UNIFORM = get_family("uniform")
@@ -80,7 +81,7 @@ CHECK_COLUMNS = 64
 
 def compile_kernel(family, spec, sketch, tiles, preset):
     hw = preset.hardware()
-    sch = sketch(_tvm.Schedule(family.compute(spec)), spec, hw, tiles)
+    sch = sketch(_tvm.Schedule(compute_for(spec, "cpu")), spec, hw, tiles)
     lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))
     return lib
 

@@ -19,17 +19,18 @@ import torch
 
 import targets
 from qcompile import _tvm
-from qcompile.formats.gptq import quantize_rtn
 from qcompile.kernels import BcqSpec, UniformSpec, get_family
+from qcompile.quantize.rtn import quantize_rtn
 from schedules.cpu import bcq as cpu_bcq
 from schedules.cpu import uniform as cpu_uniform
+from schedules.variants import compute_for
 
 K, N, GROUP = 4096, 1024, 128
 
 
 def compile_fixed(family, spec, sketch, tiles, preset):
     hw = preset.hardware()
-    sch = sketch(_tvm.Schedule(family.compute(spec)), spec, hw, tiles)
+    sch = sketch(_tvm.Schedule(compute_for(spec, "cpu")), spec, hw, tiles)
     return _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))[spec.name()]
 
 

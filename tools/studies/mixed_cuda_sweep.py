@@ -57,6 +57,7 @@ from qcompile.kernels import MixedSpec, UniformSpec, get_family
 from qcompile.kernels.mixed import layout as weight_layout
 from schedules.cuda import mixed as cuda_mixed
 from schedules.cuda import mixed_int8 as cuda_mixed_int8
+from schedules.variants import compute_for
 from tools.harness.cuda_timing import GraphTimer as Timed
 from tools.harness.cuda_timing import copies_for, prepare_all
 from tools.harness.loading import load
@@ -141,7 +142,7 @@ def build_variant(spec_json: str, target: str, variant: dict, out_dir: str) -> d
         spec = MixedSpec.from_dict(json.loads(spec_json))
         preset = targets.get(target)
         hw = preset.hardware()
-        mod = _tvm.normalize_mod(get_family("mixed").compute_for(spec, "cuda"))
+        mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
         sch = space_of(spec).sketch(_tvm.Schedule(mod), spec, hw, variant["sketch"],
                                     variant["knobs"])
         lib = _tvm.tvm.compile(sch.mod, target=_tvm.Target(preset.tvm_target(hw)))

@@ -41,6 +41,7 @@ import targets
 from qcompile import _tvm
 from qcompile.kernels import MixedSpec, UniformSpec, get_family
 from qcompile.tensors import kernel_ready
+from schedules.variants import compute_for
 from tools.harness.cpu_timing import time_calls
 
 OUTLIER_SHARES = (0.0, 0.002, 0.005, 0.015)
@@ -121,7 +122,7 @@ def _cpu_candidates(spec, preset, hw, tiles, storage, out_dir) -> list[tuple]:
             pass
     kernel = qcompile.load(build_untuned(spec, preset, out_dir).so_path)
     candidates = [(kernel.function, "untuned heuristic", kernel, kernel.layout)]
-    mod = _tvm.normalize_mod(get_family(spec.family).compute_for(spec, "cpu"))
+    mod = _tvm.normalize_mod(compute_for(spec, "cpu"))
     target = _tvm.Target(preset.tvm_target(hw))
     if spec.int8_activations:
         space = _int8_space(spec)

@@ -40,6 +40,7 @@ from qcompile.cli import parse_shape
 from qcompile.kernels import UniformSpec, get_family
 from qcompile.measure import MeasurePolicy
 from schedules import search_strategy, space_generator
+from schedules.variants import compute_for
 
 FAMILY = get_family("uniform")
 
@@ -81,10 +82,10 @@ def tune_curve(spec, preset, generator, trials: int, seed: int, per_iter: int) -
     """Tune ``spec`` with ``generator`` ("guided" or "default"); the measured curve."""
     hw = preset.hardware()
     target = _tvm.Target(preset.tvm_target(hw))
-    mod = _tvm.normalize_mod(FAMILY.compute_for(spec, preset.kind))
+    mod = _tvm.normalize_mod(compute_for(spec, preset.kind))
     if generator == "guided":
         space = space_generator(spec, preset.kind, hw)
-        strategy = search_strategy(preset.kind, spec.family)  # what qcompile tune uses
+        strategy = search_strategy(spec, preset.kind)  # what qcompile tune uses
     else:
         space = _tvm.ms.space_generator.PostOrderApply()
         strategy = "evolutionary"  # MetaSchedule's defaults, sized for its large space

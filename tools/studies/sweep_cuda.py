@@ -105,13 +105,10 @@ def _build(job: dict) -> dict:
             return space.heuristic_schedule(sch, spec, hw)
         return space.sketch(sch, spec, hw, job["sketch"], job["knobs"])
 
-    def compute(spec):  # the dp4a compute even where the family would take tensor cores
-        from qcompile.kernels.uniform.compute_cuda_int8 import uniform_compute_cuda_int8
-
-        return uniform_compute_cuda_int8(spec)
-
+    # the dp4a variant even where the family would take tensor cores
     return build_variant(job, lambda: UniformSpec(**job["spec"]), schedule,
-                         compute if job["spec"].get("int8_activations") else None)
+                         "uniform_cuda_int8_dp4a" if job["spec"].get("int8_activations")
+                         else None)
 
 
 def jobs_for(shapes, batches, variants, root: Path, int8: bool = False) -> list[dict]:

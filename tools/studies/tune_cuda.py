@@ -7,7 +7,8 @@ candidates built by NVRTC and timed on the GPU) into the database given by ``--d
 SQLite file on that machine. Workloads run in the order given, most important first; one is
 started only while the budget leaves time for it (the longest one so far is the estimate), and a
 summary line per workload says what was tuned, skipped or failed. Records then travel to the team
-database with ``qcompile db export`` there and ``qcompile db import`` here (README, "CUDA").
+database with ``qcompile db export`` there and ``qcompile db import`` here
+(docs/design/cuda.md, "Tuning on a GPU machine").
 
     python tools/studies/tune_cuda.py --db sqlite:////tmp/qc/tuning.sqlite --trials 32 \\
         --budget-s 480 \\

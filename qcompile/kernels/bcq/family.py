@@ -7,9 +7,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from qcompile.errors import ArgumentError, FormatError
+from qcompile.formats import bitpack
+from qcompile.formats.act_order import reorder
 from qcompile.formats.bcq import BcqTensors, from_uniform
+from qcompile.formats.gptq import GptqTensors, as_numpy
 from qcompile.kernels.base import KernelFamily, PreparedWeights
 from qcompile.kernels.bcq.spec import BcqSpec
+from qcompile.quantize.bcq import quantize_bcq
+from qcompile.tensors import kernel_ready
 
 #: The kernels' weight operands, in parameter order.
 _OPERANDS = ("planes", "alpha", "z")
@@ -33,40 +38,6 @@ class BcqFamily(KernelFamily):
         return BcqSpec(k=k, n=n, q=args.bits, group_size=args.group_size, m=args.batch,
                        mu=getattr(args, "mu", 8), dtype=args.dtype)
 
-    def compute(self, spec: BcqSpec):
-        from qcompile.kernels.bcq.compute import bcq_compute
-
-        return bcq_compute(spec)
-
-    def compute_for(self, spec: BcqSpec, target_kind: str):
-        """On GPUs the tables are built entry by entry and the group sums of x come from them
-        (compute.py's GPU form): each thread block builds its slice's tables in shared memory
-        and sums its own groups (schedules/cuda/bcq.py). One-row GEMVs at mu = 8 take the
-        rotated-chunk compute where they fit (compute_cuda_rotated.py: every lookup
-        conflict-free; weights in the ``rotated_chunks`` layout)."""
-        if target_kind == "cuda":
-            from qcompile.kernels.bcq import compute_cuda_rotated
-            from qcompile.kernels.bcq.compute import bcq_compute
-
-            if compute_cuda_rotated.unfit_reason(spec) is None:
-                return compute_cuda_rotated.rotated_compute(spec)
-            return bcq_compute(spec, gpu=True)
-        return self.compute(spec)
-
-    def layout_of(self, func) -> dict | None:
-        """``rotated_chunks`` for the rotated-chunk compute, else None (the format's layout)."""
-        from qcompile.kernels.bcq import compute_cuda_rotated
-        from qcompile.kernels.uniform.compute_cuda import compute_name
-
-        if compute_name(func) != compute_cuda_rotated.COMPUTE_NAME:
-            return None
-        import json
-
-        from qcompile.kernels.base import SPEC_ATTR
-
-        spec = BcqSpec.from_dict(json.loads(str(func.attrs[SPEC_ATTR])))
-        return compute_cuda_rotated.layout(spec.effective_group_size)
-
     def describe_layout(self, layout: dict | None) -> str:
         if layout is None:
             return "bcq planes [q, K/32, N]"
@@ -88,9 +59,9 @@ class BcqFamily(KernelFamily):
         planes = compute_cuda_rotated.rotate_planes(by_name["planes"], spec.effective_group_size)
         return {**by_name, "planes": planes}
 
-    def bcq_tensors(self, spec: BcqSpec, *, weight=None, qweight=None, scales=None, qzeros=None,
-                    g_idx=None, zero_convention: str = "v1", planes=None, alpha=None, z=None,
-                    iterations: int = 15):
+    def checkpoint_tensors(self, spec: BcqSpec, *, weight=None, qweight=None, scales=None,
+                           qzeros=None, g_idx=None, zero_convention: str = "v1", planes=None,
+                           alpha=None, z=None, iterations: int = 15):
         """Any accepted source -> (row permutation or None, BcqTensors, quantization report or
         None), checked against ``spec``. See :meth:`prepare` for the sources."""
         given = {"weight": weight, "qweight": qweight, "scales": scales, "qzeros": qzeros,
@@ -102,18 +73,9 @@ class BcqFamily(KernelFamily):
             raise ArgumentError(f"bcq weights come as exactly one of: {forms}; got {passed}")
         permutation, report = None, None
         if weight is not None:
-            from qcompile.formats.bcq_quantize import quantize_bcq
-            from qcompile.formats.gptq import as_numpy
 
-            weight = as_numpy("weight", weight)
-            if weight.shape != (spec.k, spec.n):
-                raise FormatError(f"weight must have shape [K, N]=({spec.k}, {spec.n}) "
-                                  f"(nn.Linear.weight.T); got {tuple(weight.shape)}")
-            tensors, report = quantize_bcq(weight, spec.q, spec.group_size, iterations)
+            tensors, report = self.quantize(spec, weight, iterations=iterations)
         elif qweight is not None:
-            from qcompile.formats import bitpack
-            from qcompile.formats.act_order import reorder
-            from qcompile.formats.gptq import GptqTensors
 
             rows = bitpack.packed_length(spec.k, spec.q)
             shape = tuple(getattr(qweight, "shape", ()))
@@ -141,6 +103,15 @@ class BcqFamily(KernelFamily):
             raise FormatError(f"the BCQ tensors hold q={tensors.q} planes of a {tensors.k}x"
                               f"{tensors.n} layer; this kernel is q={spec.q}, {spec.k}x{spec.n}")
         return permutation, tensors, report
+
+    def quantize(self, spec: BcqSpec, weight, *, iterations: int = 15):
+        """Quantize float W [K, N] into ``spec.q`` sign planes (greedy + alternating least
+        squares, :func:`qcompile.quantize.bcq.quantize_bcq`): (BcqTensors, report)."""
+        weight = as_numpy("weight", weight)
+        if weight.shape != (spec.k, spec.n):
+            raise FormatError(f"weight must have shape [K, N]=({spec.k}, {spec.n}) "
+                              f"(nn.Linear.weight.T); got {tuple(weight.shape)}")
+        return quantize_bcq(weight, spec.q, spec.group_size, iterations)
 
     def prepare(self, spec: BcqSpec, device: str = "cpu", *, bias=None,
                 layout: dict | None = None, **tensors) -> PreparedWeights:
@@ -173,15 +144,13 @@ class BcqFamily(KernelFamily):
         """
         import torch
 
-        from qcompile.kernels.uniform.family import UniformFamily
-        from qcompile.tensors import kernel_ready
 
-        permutation, bcq, report = self.bcq_tensors(spec, **tensors)
+        permutation, bcq, report = self.checkpoint_tensors(spec, **tensors)
         extras = {}
         if permutation is not None:
             extras["perm"] = torch.from_numpy(permutation).to(device)
         if bias is not None:
-            extras["bias"] = UniformFamily._bias(spec, bias).to(device)
+            extras["bias"] = self._bias(spec, bias).to(device)
         if report is not None:
             extras["quantization"] = report
         by_name = {name: torch.from_numpy(np.ascontiguousarray(a)).to(device)
@@ -209,7 +178,7 @@ class BcqFamily(KernelFamily):
 
     def reference_weight(self, spec: BcqSpec, **tensors) -> np.ndarray:
         """The weight W [K, N], float32, rows in the checkpoint's order."""
-        permutation, bcq, _ = self.bcq_tensors(spec, **tensors)
+        permutation, bcq, _ = self.checkpoint_tensors(spec, **tensors)
         weight = bcq.dequantize()
         if permutation is None:
             return weight

@@ -44,6 +44,7 @@ from qcompile.kernels.mixed.spec import MixedSpec
 from qcompile.kernels.uniform.compute_int8 import (
     STEP,
     X_LEVELS,
+    byte_planes,
     chunk_rows_for,
     code_expr,
     integer_group_dot,
@@ -182,7 +183,6 @@ def byte_plane_operands(tensors: dict) -> dict:
     numpy or torch; operands already in planes, and the others, pass unchanged."""
     import numpy as np
 
-    from qcompile.kernels.uniform.compute_int8 import byte_planes
 
     out = dict(tensors)
     for name, bits in (("codes2", 2), ("codes4", 4)):

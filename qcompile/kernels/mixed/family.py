@@ -12,6 +12,9 @@ from qcompile.formats.mixed import MixedTensors, storage_rows
 from qcompile.kernels.base import KernelFamily, PreparedWeights
 from qcompile.kernels.mixed import layout as weight_layout
 from qcompile.kernels.mixed.spec import MixedSpec
+from qcompile.quantize.hessian import DAMP
+from qcompile.quantize.mixed import quantize
+from qcompile.tensors import kernel_ready
 
 
 class MixedFamily(KernelFamily):
@@ -39,45 +42,18 @@ class MixedFamily(KernelFamily):
                          outlier_share=args.outlier_share,
                          int8_activations=getattr(args, "int8_activations", False))
 
-    def compute(self, spec: MixedSpec):
-        if spec.int8_activations:
-            from qcompile.kernels.mixed.compute_int8 import mixed_compute_int8
-            from schedules.cpu import int8_dot
-
-            int8_dot.register()  # the tensor intrinsics its schedules (and records) name
-            return mixed_compute_int8(spec)
-        from qcompile.kernels.mixed.compute import mixed_compute
-
-        return mixed_compute(spec)
-
-    def compute_for(self, spec: MixedSpec, target_kind: str):
-        """The same blocks everywhere; on "cuda" the field scales avoid a reinterpret that
-        TVM's CUDA code generator cannot print, and int8 activations take ``dp4a``
-        (compute_cuda_int8.py) where CPUs take ``vpmaddubsw`` (compute_int8.py)."""
-        if spec.int8_activations:
-            if target_kind == "cuda":
-                from qcompile.kernels.mixed.compute_cuda_int8 import mixed_compute_cuda_int8
-
-                return mixed_compute_cuda_int8(spec)
-            return self.compute(spec)
-        from qcompile.kernels.mixed.compute import mixed_compute
-
-        return mixed_compute(spec, target_kind)
-
     def quantize(self, spec: MixedSpec, weight, *, calibration=None, hessian=None,
                  damp: float | None = None):
         """Quantize float W [K, N] for ``spec`` (see :func:`qcompile.quantize.mixed.quantize`).
 
         Returns a :class:`~qcompile.quantize.mixed.MixedQuantization` (tensors and report).
         """
-        from qcompile.quantize.hessian import DAMP
-        from qcompile.quantize.mixed import quantize
 
         weight = np.asarray(_numpy(weight), dtype=np.float32)
         return quantize(weight, spec.layout, x=_numpy(calibration), h=_numpy(hessian),
                         damp=DAMP if damp is None else damp)
 
-    def mixed_tensors(self, spec: MixedSpec, **arrays) -> MixedTensors:
+    def checkpoint_tensors(self, spec: MixedSpec, **arrays) -> MixedTensors:
         """The format's arrays (formats/mixed.py: order, codes2, ..., values), checked."""
         expected = list(spec.layout.shapes())
         missing = [name for name in expected if name not in arrays]
@@ -123,7 +99,6 @@ class MixedFamily(KernelFamily):
         """
         import torch
 
-        from qcompile.tensors import kernel_ready
 
         extras = {}
         if weight is not None:
@@ -138,7 +113,7 @@ class MixedFamily(KernelFamily):
             if calibration is not None or hessian is not None:
                 raise FormatError("calibration/hessian are for quantizing a float weight; "
                                   "give weight too")
-            tensors = self.mixed_tensors(spec, **arrays)
+            tensors = self.checkpoint_tensors(spec, **arrays)
         operands = self.kernel_operands(
             spec, {name: torch.from_numpy(np.ascontiguousarray(a))
                    for name, a in tensors.operands().items()}, layout)
@@ -146,11 +121,6 @@ class MixedFamily(KernelFamily):
         prepared = tuple(kernel_ready(t.to(device)) for t in operands.values())
         return PreparedWeights(spec_digest=spec.digest(), tensors=prepared,
                                names=tuple(operands), extras=extras)
-
-    def layout_of(self, func) -> dict | None:
-        """The weight layout scheduled PrimFunc ``func`` reads (kernels/mixed/layout.py); None
-        for the format's own."""
-        return weight_layout.layout_of(func)
 
     codes_operand: ClassVar[str] = "codes2"
 
@@ -171,7 +141,7 @@ class MixedFamily(KernelFamily):
         """Valid operands for tuning (random ones would index outside the buffers)."""
         import functools
 
-        from qcompile.kernels.mixed.measure import alloc_arguments
+        from qcompile.kernels.mixed.measure import alloc_arguments  # it imports the families
 
         return functools.partial(alloc_arguments, spec.to_json())
 
@@ -219,7 +189,7 @@ class MixedFamily(KernelFamily):
 
     def reference_weight(self, spec: MixedSpec, **arrays) -> np.ndarray:
         """The dequantized weight W [K, N], float32, outliers included."""
-        return self.mixed_tensors(spec, **arrays).dequantize()
+        return self.checkpoint_tensors(spec, **arrays).dequantize()
 
     def reference(self, spec: MixedSpec, x: np.ndarray, **arrays) -> np.ndarray:
         weight = self.reference_weight(spec, **arrays).astype(np.float64)
@@ -233,7 +203,7 @@ class MixedFamily(KernelFamily):
             return self.reference(spec, x, **arrays)
         from qcompile.kernels.uniform.compute_int8 import quantized_activations
 
-        tensors = self.mixed_tensors(spec, **arrays)
+        tensors = self.checkpoint_tensors(spec, **arrays)
         x = np.asarray(x, dtype=np.float32)
         rounded = quantized_activations(x.reshape(-1, spec.k), spec.g1).reshape(x.shape)
         return (rounded @ tensors.dense().astype(np.float64)

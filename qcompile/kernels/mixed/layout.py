@@ -115,12 +115,9 @@ def _tiles_of(per_tile: int):
 
 
 def layout_of(func) -> dict | None:
-    """The layout a scheduled PrimFunc reads its weights in; None for the format's default."""
-    from qcompile.kernels.mixed.compute_cuda_int8 import COMPUTE_NAME as CUDA_INT8
-    from qcompile.kernels.uniform.compute_cuda import compute_name
-
-    if compute_name(func) == CUDA_INT8:
-        return plane_words()
+    """The ``n_tiled`` layout a scheduled PrimFunc reads its weights in, from its codes2's
+    shape; None for the format's default. (The CUDA int8 compute fixes ``plane_words``: its
+    variant in schedules/variants.py names it.)"""
     for param in func.params:  # TVM 0.27: a parameter is its buffer (name, shape)
         if param.name == "codes2":
             shape = [int(d) for d in param.shape]

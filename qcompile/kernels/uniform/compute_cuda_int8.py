@@ -2,8 +2,8 @@
 products (four int8 products and their sum in one instruction, sm_61 and later).
 
 The float CUDA kernel (compute_cuda.py) spends a LOP3, an FADD and an FFMA on every code, plus a
-shift per half word: at M = 1 on an H200 it is bound by instruction issue as much as by memory
-(Nsight Compute, 2026-11-23: issue slots 67% busy at 63% of the copy bandwidth). Here x is
+shift per half word: at M = 1 it is bound by instruction issue as much as by memory (profile:
+docs/results/from-docstrings.md). Here x is
 quantized once per call, per row and group, to int8 (as compute_int8.py does for CPUs), and a
 word of packed codes feeds ``dp4a`` after one shift and one AND per four codes:
 

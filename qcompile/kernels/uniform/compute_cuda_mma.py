@@ -112,12 +112,8 @@ def check_spec(spec: UniformSpec) -> None:
 def uses_tensor_cores(spec: UniformSpec) -> bool:
     """Whether an int8-activation spec's CUDA kernel is this one: where the layout fits, from
     2 rows of x on (else the dp4a kernel). One row takes the one-row GEMV
-    (compute_cuda_gemv_int8.py), which rounds x in its one kernel: H200, 2026-11-24, one run
-    (tools/results/h200/uniform_gemv_int8_ab.json), M = 1, tensor cores (two kernels) against
-    it: 4096x4096 6.1 against 3.9 us, 8192x8192 13.3 against 9.6 (its best shape), 28672x8192
-    36.8 against 31.2. From 2 rows on, tensor cores against dp4a (uniform_mma_rows_ab.json):
-    M = 2 37.8 against 38.5 us (8192x28672) and 37.0 against 51.2 (28672x8192); M = 4 38.0
-    against 44.3 and 37.1 against 57.1."""
+    (compute_cuda_gemv_int8.py), which rounds x in its one kernel and is faster there; from
+    2 rows on tensor cores beat dp4a (measurements: docs/results/from-docstrings.md)."""
     return spec.int8_activations and spec.m > 1 and not problems_with(spec)
 
 

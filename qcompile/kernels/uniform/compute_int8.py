@@ -37,6 +37,7 @@ of 4 codes, so a chunk holds at most 172 rows of K at 2 bits, 72 at 3 and 32 at 
 from __future__ import annotations
 
 from qcompile._tvm import T
+from qcompile.formats import bitpack
 from qcompile.kernels.uniform.spec import UniformSpec
 
 #: Activations are scaled to [-127, 127].
@@ -223,7 +224,6 @@ def byte_planes(qweight, bits: int):
     """
     import numpy as np
 
-    from qcompile.formats import bitpack
 
     words = np.ascontiguousarray(qweight).view(np.int32)
     rows, n = words.shape

@@ -12,8 +12,11 @@ from __future__ import annotations
 import math
 import threading
 
+from qcompile import _tvm
+from qcompile._tvm import T
 from qcompile.kernels.base import PreparedWeights
 from qcompile.kernels.uniform.compute import field_expr, field_scale_expr, fields_per_word
+from qcompile.kernels.uniform.layout import describe
 from qcompile.kernels.uniform.spec import UniformSpec
 
 _built: dict[tuple[str, str], object] = {}
@@ -23,7 +26,6 @@ _lock = threading.Lock()
 def dequantize_compute(spec: UniformSpec):
     """PrimFunc ``(qweight int32 [K*bits/32, N], scales float16 [G, N], zeros uint8 [G, N])
     -> w float32 [K, N]`` for ``spec``'s K, N, bits and group size."""
-    from qcompile._tvm import T
 
     K, N, G = spec.k, spec.n, spec.groups
     rows, bits, gsize = spec.packed_rows, spec.bits, spec.effective_group_size
@@ -65,7 +67,6 @@ def dequantizer(spec: UniformSpec, preset):
     key = (f"{spec.bits}/{spec.group_size}/{spec.k}/{spec.n}", preset.name)
     with _lock:
         if key not in _built:
-            from qcompile import _tvm
 
             hw = preset.hardware()
             sch = schedule(_tvm.Schedule(dequantize_compute(spec)), spec, hw.fp32_lanes)
@@ -81,7 +82,7 @@ def dequantize(spec: UniformSpec, prepared: PreparedWeights, preset, out=None):
 
     ``out`` (float32 [K, N], contiguous) is written instead of a new tensor: reusing one buffer
     saves the page faults of fresh memory, which cost more than the dequantization itself here
-    (README, "Prefill crossover")."""
+    (docs/design/gptq-checkpoints.md, "Prefill crossover")."""
     import torch
 
     if out is None:
@@ -91,7 +92,6 @@ def dequantize(spec: UniformSpec, prepared: PreparedWeights, preset, out=None):
                          f"{str(out.dtype).removeprefix('torch.')} {list(out.shape)}")
     layout = prepared.extras.get("layout")
     if layout is not None:
-        from qcompile.kernels.uniform.layout import describe
 
         raise ValueError(f"dequantize reads GPTQ's layout; these weights are packed as "
                          f"{describe(layout)}: prepare them without a layout")

@@ -7,10 +7,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from qcompile.errors import FormatError
-from qcompile.formats.gptq import GptqTensors, quantize_rtn
+from qcompile.formats.act_order import reorder
+from qcompile.formats.gptq import GptqTensors, as_numpy
 from qcompile.kernels.base import KernelFamily, PreparedWeights
 from qcompile.kernels.uniform import layout as weight_layout
 from qcompile.kernels.uniform.spec import UniformSpec
+from qcompile.quantize.rtn import quantize_rtn
+from qcompile.tensors import kernel_ready
 
 _ACTIVATION_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -43,42 +46,6 @@ class UniformFamily(KernelFamily):
                            dtype=args.dtype, act_order=getattr(args, "act_order", False),
                            int8_activations=getattr(args, "int8_activations", False))
 
-    def compute(self, spec: UniformSpec):
-        if spec.int8_activations:
-            from qcompile.kernels.uniform.compute_int8 import uniform_compute_int8
-            from schedules.cpu import int8_dot
-
-            int8_dot.register()  # the tensor intrinsics its schedules (and records) name
-            return uniform_compute_int8(spec)
-        from qcompile.kernels.uniform.compute import uniform_compute
-
-        return uniform_compute(spec)
-
-    def compute_for(self, spec: UniformSpec, target_kind: str):
-        """compute.py's QIGen form on CPUs; compute_cuda.py's on GPUs (no int->float converts,
-        no group sums: see that module for why); for int8 activations, at one row
-        compute_cuda_gemv_int8.py's (x rounded inside its one kernel), from 2 rows
-        compute_cuda_mma.py's (tensor cores), each where it fits, else compute_cuda_int8.py's
-        (dp4a)."""
-        if target_kind == "cuda":
-            if spec.int8_activations:
-                from qcompile.kernels.uniform import compute_cuda_gemv_int8 as gemv
-                from qcompile.kernels.uniform.compute_cuda_int8 import uniform_compute_cuda_int8
-                from qcompile.kernels.uniform.compute_cuda_mma import (
-                    uniform_compute_cuda_mma,
-                    uses_tensor_cores,
-                )
-
-                if gemv.fits(spec):
-                    return gemv.uniform_compute_cuda_gemv_int8(spec)
-                if uses_tensor_cores(spec):
-                    return uniform_compute_cuda_mma(spec)
-                return uniform_compute_cuda_int8(spec)
-            from qcompile.kernels.uniform.compute_cuda import uniform_compute_cuda
-
-            return uniform_compute_cuda(spec)
-        return self.compute(spec)
-
     def checkpoint_tensors(self, spec: UniformSpec, *, qweight, scales, qzeros, g_idx=None,
                            zero_convention: str = "v1") -> GptqTensors:
         """Validate GPTQ tensors against ``spec`` (shapes, dtypes, bits, group size, g_idx)."""
@@ -92,6 +59,15 @@ class UniformFamily(KernelFamily):
             qweight=qweight, scales=scales, qzeros=qzeros, g_idx=g_idx, bits=spec.bits,
             group_size=spec.group_size, zero_convention=zero_convention,
         )
+
+    def quantize(self, spec: UniformSpec, weight, *, sym: bool = False) -> GptqTensors:
+        """Quantize float W [K, N] into GPTQ tensors of ``spec``'s bits and group size by
+        rounding to nearest (:func:`qcompile.quantize.rtn.quantize_rtn`)."""
+        weight = as_numpy("weight", weight)
+        if weight.shape != (spec.k, spec.n):
+            raise FormatError(f"weight must have shape [K, N]=({spec.k}, {spec.n}) "
+                              f"(nn.Linear.weight.T); got {tuple(weight.shape)}")
+        return quantize_rtn(weight, spec.bits, spec.group_size, sym=sym)
 
     def prepare(self, spec: UniformSpec, device: str = "cpu", *, qweight, scales, qzeros,
                 g_idx=None, zero_convention: str = "v1", bias=None,
@@ -131,8 +107,6 @@ class UniformFamily(KernelFamily):
         """
         import torch
 
-        from qcompile.formats.act_order import reorder
-        from qcompile.tensors import kernel_ready
 
         layer = self.checkpoint_tensors(spec, qweight=qweight, scales=scales, qzeros=qzeros,
                                         g_idx=g_idx, zero_convention=zero_convention)
@@ -158,10 +132,6 @@ class UniformFamily(KernelFamily):
         return PreparedWeights(spec_digest=spec.digest(), tensors=tensors, names=tuple(names),
                                extras=extras)
 
-    def layout_of(self, func) -> dict | None:
-        """The weight layout scheduled PrimFunc ``func`` reads (layout.py); None for GPTQ's."""
-        return weight_layout.layout_of(func)
-
     codes_operand: ClassVar[str] = "qweight"
 
     def describe_layout(self, layout: dict | None) -> str:
@@ -180,21 +150,6 @@ class UniformFamily(KernelFamily):
             by_name = {**by_name, "qweight": torch.from_numpy(planes).to(qweight.device)}
         return weight_layout.pack(by_name, layout)
 
-    @staticmethod
-    def _bias(spec: UniformSpec, bias):
-        """A bias as float32 [N] torch tensor, checked."""
-        import torch
-
-        from qcompile.tensors import to_torch
-
-        bias = to_torch("bias", bias)
-        if bias.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-            got = str(bias.dtype).removeprefix("torch.")
-            raise FormatError(f"bias must be float16, bfloat16 or float32; got {got}")
-        if tuple(bias.shape) != (spec.n,):
-            raise FormatError(f"bias must have shape [N]=({spec.n},); got {tuple(bias.shape)}")
-        return bias.detach().to(torch.float32).contiguous()
-
     def bytes_read(self, spec: UniformSpec) -> int:
         weights = spec.packed_rows * spec.n * 4
         group_params = spec.groups * spec.n * (2 + 1)  # fp16 scale + uint8 zero
@@ -204,7 +159,7 @@ class UniformFamily(KernelFamily):
 
     def example_tensors(self, spec: UniformSpec, rng: np.random.Generator) -> dict[str, Any]:
         weight = rng.standard_normal((spec.k, spec.n)).astype(np.float32) * 0.02
-        t = quantize_rtn(weight, spec.bits, spec.group_size, sym=False)
+        t = self.quantize(spec, weight)
         return {"qweight": t.qweight, "scales": t.scales, "qzeros": t.qzeros, "g_idx": t.g_idx}
 
     def reference_weight(self, spec: UniformSpec, *, qweight, scales, qzeros, g_idx=None,

@@ -106,23 +106,9 @@ def has_block(sch, name: str) -> bool:
 
 
 def layout_of(func) -> dict | None:
-    """The layout a scheduled PrimFunc reads its weights in; None for GPTQ's layout."""
-    from qcompile.kernels.base import SPEC_ATTR
-    from qcompile.kernels.uniform.compute_cuda import compute_name
-    from qcompile.kernels.uniform.compute_cuda_gemv_int8 import COMPUTE_NAME as CUDA_GEMV
-    from qcompile.kernels.uniform.compute_cuda_int8 import COMPUTE_NAME as CUDA_INT8
-    from qcompile.kernels.uniform.compute_cuda_mma import COMPUTE_NAME as CUDA_MMA
-    from qcompile.kernels.uniform.compute_cuda_mma import TILE_N, TILES_PER_WARP
-
-    compute = compute_name(func)
-    if compute in (CUDA_INT8, CUDA_GEMV):
-        return plane_words()
-    if compute == CUDA_MMA:
-        import json
-
-        bits = json.loads(str(func.attrs[SPEC_ATTR]))["bits"]
-        qweight = next(p for p in func.params if p.name == "qweight")
-        return mma_tiles(bits, int(qweight.shape[2]) // TILE_N, TILES_PER_WARP)
+    """The ``n_tiled`` layout a scheduled PrimFunc of the CPU (or float CUDA) computes reads
+    its weights in, from its qweight's shape; None for GPTQ's layout. (The CUDA int8 computes
+    fix theirs: their variants in schedules/variants.py name it.)"""
     for param in func.params:  # TVM 0.27: a parameter is its buffer (name, shape)
         if param.name == "qweight":
             shape = [int(d) for d in param.shape]
