@@ -3,9 +3,9 @@ inside the kernel: one launch per call.
 
 The dp4a kernel (compute_cuda_int8.py) rounds x in a kernel of its own before the GEMV. At one
 row that first kernel and the gap before the second are a large share of a short call, and a
-block that rounds all of x before it starts leaves the memory idle meanwhile. Here each lane of K (16
-threads) rounds the group it is about to multiply, in registers, while that group's words are
-already on their way:
+block that rounds all of x before it starts leaves the memory idle meanwhile. Here each lane
+of K (16 threads) rounds the group it is about to multiply, in registers, while that group's
+words are already on their way:
 
 - thread t of the lane loads the 8 or 16 floats of unit t of the group (the rows of one word of
   codes: 8 at 4 bits, 16 at 2), two or four 128-bit loads;
