@@ -12,7 +12,7 @@ How a call runs, by the number of activation rows R (all leading dimensions flat
   database (M is part of the spec: each M is a workload of its own), x zero-padded to M rows.
 - R > ``prefill_rows``: the prefill path, the weight dequantized once per call and one dense
   fp32 matmul (torch's GEMM), which beats the GEMV-shaped kernels on many rows (crossover
-  measured by tools/bench_prefill.py, docs/design/gptq-checkpoints.md "Prefill crossover").
+  measured by tools/bench.py prefill, docs/design/gptq-checkpoints.md "Prefill crossover").
 - in between: the M = 16 kernel over chunks of 16 rows.
 
 act_order layers are reordered once when the module is built and x is gathered per call
@@ -36,7 +36,7 @@ from qcompile.kernels.uniform.spec import INT8_BITS
 #: Largest activation row count with kernels of its own (the issue's small-batch range).
 MAX_KERNEL_ROWS = 16
 
-#: Rows from which the dense prefill path is used (tools/bench_prefill.py;
+#: Rows from which the dense prefill path is used (tools/bench.py prefill;
 #: docs/design/gptq-checkpoints.md, "Prefill crossover").
 PREFILL_ROWS = 128
 

@@ -162,7 +162,7 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
         if not supported:
             raise TargetUnavailableError(
                 f"tuning for {preset.name} measures every candidate on a GPU, and this host "
-                f"cannot run one: {reason}. Tune on a GPU machine (tools/tune_cuda.py) and "
+                f"cannot run one: {reason}. Tune on a GPU machine (tools/studies/tune_cuda.py) and "
                 f"bring its records here; qcompile build --target {preset.name} needs no GPU")
     if not isinstance(progress, TuneProgress):
         progress = TuneProgress(trials, f"{spec.name()} @{preset.name}", enabled=progress)

@@ -46,11 +46,12 @@ from targets.hardware import CpuHardware
 LANES = 8
 #: t_u values the space keeps, widest first, and the most accumulator tiles: t_u int16
 #: accumulators, t_u unpacked code vectors, the x broadcast and two masks fill AVX2's 16
-#: registers at t_u = 4 (t_u = 7 spills: 24% slower on 8192x28672 3-bit).
+#: registers at t_u = 4 (t_u = 7 spills and runs slower; docs/results/from-docstrings.md).
 MAX_SKETCH_TU = 2
 MAX_T_U = 4
 #: The measured best unroll and tiles per task, the seeds of m_u and n_blk (fewer, larger tasks
-#: pay the per-task set-up less often; 4 tiles was 7% faster than 1 on 8192x28672 3-bit).
+#: pay the per-task set-up less often; docs/design/uniform-cpu.md, the numbers:
+#: docs/results/from-docstrings.md).
 SEED_M_U = 8
 SEED_N_BLK = 4
 #: Tasks per core the n_blk seed keeps at least, so that both cores stay busy to the end.

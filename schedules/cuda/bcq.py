@@ -41,9 +41,10 @@ it is for is the loads, not the lookups: ptxas schedules each staged load just b
 use (the CUDA source loads a group's words at its start, but the SASS does not: at the word-by-
 word order the staged, looped sketch keeps 3 LDG.128 of 12 in flight per thread, the unrolled
 one 1 or 2), so where the first lookups read every word, all of them are in flight together
-(8 to 12 of 12 at t_h = 512; H200 sweep 2026-11-23 and the SASS of both orders). An SM needs
-~4.2 TB/s x ~1 us / 132 ~ 32 KB in flight; at 1 or 2 loads per thread only ~48 KB is, when
-every warp waits at once.
+(8 to 12 of 12 at t_h = 512 in the SASS of both orders; docs/design/bcq.md, "CUDA"). An SM
+needs tens of KB in flight to cover the memory latency at full bandwidth (the estimate:
+docs/results/from-docstrings.md); at 1 or 2 loads per thread it has that only when every warp
+waits at once.
 
 One-row GEMVs at mu = 8 do not come here when they fit the rotated-chunk compute (its own
 space, schedules/cuda/bcq_rotated.py, with every lookup conflict-free); tools pass this space's
@@ -52,13 +53,14 @@ compute (``bcq_compute(spec, gpu=True)``) to compare the two.
 Cost model at M = 1 (why mu = 4 is this space's choice on GPUs): a warp's lookup is one LDS
 wavefront (the 32 lanes read one table: at mu <= 5 its 2**mu words lie in distinct banks, so
 any keys are conflict-free), and an SM serves one wavefront per clock, so
-``q * K / mu * N / 32 / SMs`` clocks bound the kernel (18 us at 7168x28672, q = 3, mu = 4
-on an H200); at mu = 8 the 256-word tables give random keys ~3-4 way bank conflicts, more
-than the halved lookup count saves.
+``q * K / mu * N / 32 / SMs`` clocks bound the kernel (docs/design/bcq.md, "CUDA"); at mu = 8
+the 256-word tables give random keys ~3-4 way bank conflicts, more than the halved lookup count
+saves.
 
-mu is the spec's (it shapes the tables: ``tools/tune_bcq_cuda.py`` tunes each mu as its own
-workload). Combinations over the block's shared memory or thread limits are dropped by
-``VerifyGPUCode`` before they are built.
+mu is the spec's (it shapes the tables: ``tools/bench.py kernels --preset bcq-cuda
+--tune-trials N`` and ``tools/studies/bcq_cuda_sweep.py`` tune each mu as its own workload).
+Combinations over the block's shared memory or thread limits are dropped by ``VerifyGPUCode``
+before they are built.
 """
 
 from __future__ import annotations
@@ -271,12 +273,11 @@ def heuristic_schedule(sch: Schedule, spec: BcqSpec, hw: GpuHardware) -> Schedul
     """The schedule of :func:`heuristic_knobs` (a valid kernel without tuning), with the words
     staged in registers where they fit, the groups looped, words outer.
 
-    Why that sketch: measured on the H200 (7168x28672, q = 3, mu = 4, 128 threads x 4 columns,
-    2 groups per block; tools/results/h200/bcq_sweep2.log, 2026-11-23): staged 44.1 us; staged
-    + words inner 42.8 us, but ptxas spills it (72 registers, 12 bytes); staged + unrolled groups
-    + words inner 52.7 us. By SASS unrolled groups take fewer instructions per lookup (4.1-4.4
-    against 6.3-6.9: the table offset folds into the LDS), but ptxas then issues a group's word
-    loads nearly one at a time. Tuning searches all of them."""
+    Why that sketch: of the staged sketches it is the one that is both fast and free of spills
+    (words inner was a little faster but ptxas spills it; unrolled groups were slower). By SASS
+    unrolled groups take fewer instructions per lookup (the table offset folds into the LDS),
+    but ptxas then issues a group's word loads nearly one at a time. Tuning searches all of
+    them (docs/design/bcq.md; the numbers: docs/results/from-docstrings.md)."""
     stage = can_stage_words(spec)
     return sketch(sch, spec, hw, heuristic_knobs(spec, hw), stage_words=stage)
 

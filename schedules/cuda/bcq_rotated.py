@@ -50,11 +50,10 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
            ) -> Schedule:
     """The layout above; knobs sampled, or pinned by ``fixed`` ({knob: value}).
 
-    Alternatives measured on the H200 (7168x28672, tools/results/h200/bcq_rotated_sweep_{1..4}.json)
-    and left out: the group's sum of x by a cross-thread reduction of the block (two barriers
-    per group; 33.2 against 33.0 us), each copy's entries computed by threads of their own
-    (conflict-free stores, the sums done twice: 32.8 against 31.7 us), and the words requested
-    before the tables are built (37.2 against 33.0 us at one group per block)."""
+    Alternatives measured and left out, none faster: the group's sum of x by a cross-thread
+    reduction of the block (two barriers per group), each copy's entries computed by threads of
+    their own (conflict-free stores, the sums done twice), and the words requested before the
+    tables are built (docs/design/bcq.md, "CUDA"; the numbers: docs/results/from-docstrings.md)."""
     check_spec(spec)
     cands = knob_candidates(spec, hw)
     rv = {name: choose(sch, name, cands[name], fixed) for name in _KNOBS}
@@ -108,10 +107,9 @@ def sketch(sch: Schedule, spec: BcqSpec, hw: GpuHardware, fixed: dict | None = N
 def heuristic_knobs(spec: BcqSpec, hw: GpuHardware) -> dict[str, int]:
     """256 threads (or the most up to that which divide N / 4), one group per block.
 
-    H200, 7168x28672 (tools/results/h200/bcq_rotated_sweep_{2,4}.json): 256 threads and one group
-    31.7 us; 2 or 4 groups per block 32.3-34.9 (the block's groups one after another, each
-    behind a barrier); 512 threads 33.5 (53 registers: fewer blocks per SM); 128 threads
-    34.5-34.9 (the tables' build spread over fewer lookups)."""
+    The fastest point of the sweeps: more groups per block run one after another, each behind a
+    barrier; 512 threads take more registers (fewer blocks per SM); 128 threads spread the
+    tables' build over fewer lookups (the numbers: docs/results/from-docstrings.md)."""
     cands = knob_candidates(spec, hw)
     threads = max([v for v in cands["threads"] if v <= 256] or cands["threads"][:1])
     return {"threads": threads, "groups_per_block": 1}

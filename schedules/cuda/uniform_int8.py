@@ -228,13 +228,12 @@ def sketches_for(spec: UniformSpec, hw: GpuHardware) -> list[str]:
     return names
 
 
-#: (most rows of M per thread, most K lanes, threads per block) of the heuristic, measured on
-#: the H200, 4-bit g128 (2026-11-24, tools/sweep_cuda.py --activations int8; logs in
-#: tools/results/h200/uniform_int8_sweep*.log). At 8192x28672: one row, 16 K lanes x 16
-#: columns-threads (34.7 us against 44.2 for 32 x 8); 4 rows, 16 x 8 (44.0 against 68.9 for
-#: 16 x 16: the registers of 4 rows limit the warps per SM); 8 rows, 8 K lanes x 16 x 2
-#: rows-threads (137.4 against 148.5 for 8 x 8 x 4). At most 16 K lanes past 4 rows (28672x8192
-#: M=16: 125.7 us for 16 x 4 x 2 against 146.5 for 32 x 4 x 2).
+#: (most rows of M per thread, most K lanes, threads per block) of the heuristic: the fastest
+#: points of a sweep of the int8 space (tools/studies/sweep_cuda.py --activations int8). One
+#: row, 16 K lanes x 16 columns-threads; 4 rows, 16 x 8 (the registers of 4 rows limit the
+#: warps per SM); 8 rows, 8 K lanes x 16 x 2 rows-threads; at most 16 K lanes past 4 rows
+#: (docs/design/uniform-cuda.md, "int8 activations on CUDA (dp4a)"; the numbers:
+#: docs/results/from-docstrings.md).
 HEURISTIC_SHAPES = ((1, 32, 256), (4, 32, 128), (8, 16, 256))
 #: Blocks per SM the heuristic wants before it moves threads from N to K.
 HEURISTIC_BLOCKS_PER_SM = 2
@@ -242,9 +241,8 @@ HEURISTIC_BLOCKS_PER_SM = 2
 HEURISTIC_MIN_N_LANES = 4
 #: At M = 1, x is quantized in every block (``x_quant_block``) when all blocks together read
 #: at most this many floats of x (blocks x K): a short grid then saves the second kernel's
-#: launch (H200: 4096x4096 with 256 blocks 8.1 us against 9.7; 8192x8192 with 256 blocks 15.7
-#: against 16.5), a long one spends more on the copies (8192x8192 with 512 blocks 26.4 against
-#: 16.6; 8192x28672 with 448 blocks 38.4 against 34.7).
+#: launch, a long one spends more on the copies than the launch costs (measurements:
+#: docs/results/from-docstrings.md).
 IN_BLOCK_MAX_X_READS = 1 << 21
 
 

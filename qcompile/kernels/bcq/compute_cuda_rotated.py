@@ -2,11 +2,11 @@
 32 lanes of a warp read 32 different banks at every lookup, whatever the keys.
 
 At mu = 8 a table has 256 entries, so the 32 lanes of a warp that look up one chunk's table with
-their columns' random keys meet 3-4 way bank conflicts, and mu = 8 lost to mu = 4 (51.9 against
-42.8 us at 7168x28672 on an H200). But mu = 4 spends a lookup (4 SASS instructions, one LDS) per
-4 bits, and a one-row GEMV at mu = 4 is bound by the lookups themselves (H200, a hand-written
-mu = 4 kernel's lookups alone, without the weight reads: 35 us, against the 32.6 us that 3x fp16
-allows; tools/results/h200/bcq_lookup_bound_probe.json). Here every lane reads its own bank:
+their columns' random keys meet 3-4 way bank conflicts, and mu = 8 lost to mu = 4. But mu = 4
+spends a lookup (4 SASS instructions, one LDS) per 4 bits, and a one-row GEMV at mu = 4 is bound
+by the lookups themselves: a probe of its lookups alone, without the weight reads, is already
+slower than the issue goal (3x fp16 ``linear``) allows (docs/design/bcq.md, "CUDA"; the
+numbers: docs/results/from-docstrings.md). Here every lane reads its own bank:
 
 - the tables are entry-major, with a *slot* per lane: entry e of the table in slot p lies at
   word ``e * 32 + p``, hence in bank p. A group's ``cpg = g / 8`` chunk tables fill ``cpg``
@@ -156,7 +156,7 @@ def lookup_index(planes, i, g, s, n, slot, words_per_group: int):
     """int32 expression: the table word that byte ``s`` of column n's rotated words of plane i
     in group g selects in ``slot``: ``byte << 5 | slot`` (the row's offset OR the slot, which
     is below 32). nvcc makes it SHF + LOP3 (shift, AND and OR) and a LEA (words to bytes, plus
-    the table's base): 5 SASS instructions a lookup with the LDS and the add (H200 build)."""
+    the table's base): 5 SASS instructions a lookup with the LDS and the add (sm_90 build)."""
     word = T.Cast("uint32", planes[i, g * words_per_group + s // 4, n])
     byte = T.bitwise_and(T.shift_right(word, T.Cast("uint32", s % 4 * BYTE)), T.uint32(255))
     row = T.shift_left(byte, T.uint32(SLOT_BITS))

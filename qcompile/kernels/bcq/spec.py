@@ -35,8 +35,9 @@ class BcqSpec(GroupsAlongK, KernelSpec):
     mu : int
         Activations per lookup table (2..8): each table holds the 2**mu signed sums of mu
         consecutive activations and replaces mu additions per plane and output by one lookup.
-        It sets the table's shape, so it is part of the workload; ``tools/tune_bcq_cuda.py``
-        and ``tools/bench_bcq.py`` sweep it.
+        It sets the table's shape, so it is part of the workload; ``tools/bench.py kernels
+        --preset bcq-cuda --tune-trials N`` (or ``tools/studies/bcq_cuda_sweep.py``) and
+        ``tools/bench.py kernels --preset bcq-cpu`` sweep it.
     dtype : str
         Activation and output dtype (float32).
 

@@ -1,9 +1,10 @@
 """TensorIR of the mixed family with int8 activations on CUDA GPUs: ``dp4a`` for both parts.
 
 The float CUDA kernel (compute.py, ``target_kind="cuda"``) decodes each code with about one
-LOP3, one FADD and one FFMA, whatever its width, so on an H200 its 2-bit groups cost as much
-issue as 4-bit ones and the kernel reaches 59% of the uniform 4-bit kernel's effective
-bandwidth (docs/design/mixed.md, "GPU: int8 activations (dp4a)"). Here, as in the uniform
+LOP3, one FADD and one FFMA, whatever its width, so its 2-bit groups cost as much issue as
+4-bit ones and the kernel stays well short of the uniform 4-bit kernel's effective bandwidth
+(docs/design/mixed.md, "GPU: int8 activations (dp4a)"; the numbers:
+docs/results/from-docstrings.md). Here, as in the uniform
 family's dp4a kernel (uniform/compute_cuda_int8.py, whose code words, dp4a and rounding this
 module reuses), x is rounded to int8 once per call, per row and g1-group, and a word of packed
 codes feeds ``dp4a`` after one shift and one AND per four codes, at either width:

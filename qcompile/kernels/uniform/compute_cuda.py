@@ -5,9 +5,9 @@ compute.py (QIGen's form, right for CPUs) turns each code into a float with an i
 conversion and folds the zero-points out with per-group sums of x. On NVIDIA GPUs from sm_80 to
 sm_90 that conversion runs at 16 results per clock per SM, a quarter of the integer logic and an
 eighth of the fp32 add/FMA rate: at 4 bits and M = 1 it alone would cost more time than reading
-the weights from HBM (8192x28672 on an H200: 235 M conversions at 4.2 T/s = 56 us against
-~29 us of memory). So here a code becomes a float with the "magic number" trick, and the
-zero-point is subtracted from it exactly, which removes the per-group sums of x altogether:
+the weights from HBM (the estimate: docs/design/uniform-cuda.md, "The float-x kernel"). So
+here a code becomes a float with the "magic number" trick, and the zero-point is subtracted
+from it exactly, which removes the per-group sums of x altogether:
 
     y[m, n]      = sum_g s[g, n] * dot[m, g, n]
     dot[m, g, n] = sum_{k in g} xf[m, k] * ((q[k, n] - z[g, n]) * 2**(b*j'))

@@ -2,11 +2,10 @@
 inside the kernel: one launch per call.
 
 The dp4a kernel (compute_cuda_int8.py) rounds x in a kernel of its own before the GEMV. At one
-row that first kernel and the gap before the second cost about 2 us of a call (H200: 4096x4096
-8.1 us with x rounded by every block up front against 9.7 with two kernels), and a block that
-rounds all of x before it starts leaves the memory idle meanwhile. Here each lane of K (16
-threads) rounds the group it is about to multiply, in registers, while that group's words are
-already on their way:
+row that first kernel and the gap before the second are a large share of a short call, and a
+block that rounds all of x before it starts leaves the memory idle meanwhile. Here each lane
+of K (16 threads) rounds the group it is about to multiply, in registers, while that group's
+words are already on their way:
 
 - thread t of the lane loads the 8 or 16 floats of unit t of the group (the rows of one word of
   codes: 8 at 4 bits, 16 at 2), two or four 128-bit loads;
@@ -30,9 +29,9 @@ owning ``cols`` adjacent columns (a 64-bit load of words at 2 columns; :func:`th
 picks the shape); the schedule binds them to blockIdx.x, threadIdx.y and threadIdx.x (a warp
 holds two lanes). The lanes' float sums meet in ``partial``, which block ``k_sum`` adds up.
 
-H200, 2026-11-24, one call each (tools/results/h200/uniform_gemv_int8_*.json), against the
-kernels that round x first: 8192x28672 30.0 us against 34.1 (dp4a), 4096x4096 3.9 against 6.1
-(tensor cores), 11008x4096 8.1 against 32.0.
+At one row it beats both kernels that round x first, dp4a and tensor cores, at every shape
+measured (docs/design/uniform-cuda.md, "int8 activations at one row: x rounded inside the
+GEMV"; the numbers: docs/results/from-docstrings.md).
 
 Operands:
 
@@ -117,11 +116,9 @@ def thread_shape(spec: UniformSpec) -> tuple[int, int]:
     The most lanes (of :data:`K_LANES`, at most the group count) whose grid fits one wave
     (:data:`WAVE_THREADS`) at 2 columns a thread (64-bit loads of words); 1 column where even
     that grid is under :data:`NARROW_BELOW_WAVE` of a wave (more, smaller threads then fill the
-    GPU better than each rounding x for more columns). H200, 4-bit g128, every (cols, lanes) of
-    {4, 2, 1} x {8, 16, 32} (tools/results/h200/uniform_gemv_int8_shapes.json): the rule's
-    choice is the fastest or within 3% of it at all 7 shapes measured (8192x28672: 2 x 16 30.0
-    us, best 2 x 8 29.7; 4096x4096: 1 x 32 3.9; 8192x8192: 2 x 32 9.6; 28672x8192: 2 x 32 31.3;
-    4096x11008: 2 x 32 7.3; 4096x14336: 2 x 32 9.0, best 4 x 32 8.9; 14336x4096: 1 x 16 12.0).
+    GPU better than each rounding x for more columns). The rule was checked against every
+    (cols, lanes) of {4, 2, 1} x {8, 16, 32}: its choice is the fastest or close to it at every
+    shape measured (docs/design/uniform-cuda.md; the numbers: docs/results/from-docstrings.md).
     """
     lanes = [v for v in K_LANES if v <= spec.groups] or [min(K_LANES)]
 

@@ -2,7 +2,7 @@
 m16n8k32, int8 x int8 -> int32; sm_80 and later), for batches of up to 16 rows.
 
 The dp4a kernel (compute_cuda_int8.py) issues one instruction per 4 codes and row: at M = 16
-on an H200 it is bound by instruction issue (8192x28672: 137 us, 0.9x fp16 ``linear``). One
+it is bound by instruction issue and falls behind fp16 ``linear``. One
 ``mma.sync`` multiplies a 16 x 32 tile of x by 32 x 8 codes: 4096 products per warp instruction
 where dp4a gives 128. The arithmetic is the dp4a kernel's, x rounded to int8 per row and group
 by the same blocks (:func:`~qcompile.kernels.uniform.compute_cuda_int8.uniform_quantize_x_blocks`),
@@ -33,13 +33,13 @@ A warp takes :data:`TILES_PER_WARP` tiles of 8 columns, so each x fragment it lo
 sit in one register buffer that refills as it is used: each vector of the next group's words is
 requested as soon as this group's mma have read it, so a whole group's loads are in flight
 while it multiplies, at 121 registers a thread (two buffers took 128-136, and at 136 only 12
-warps fit an SM: 8192x28672 then ran in 1.13 waves, 63 us against 39). Per group it applies the
+warps fit an SM, so large grids no longer ran in one wave). Per group it applies the
 zero-points and scales to its sums in float32; at the end it writes its 16 float sums into
 ``partial``, which block ``k_sum`` adds up over the slices.
 
 Every operand is laid out so that a lane's values for a group are few wide loads: 18 load
-instructions per lane and group where scalar loads took 44 (H200, M = 16, Nsight Compute: L1
-83% busy before, 45% after, DRAM 40% before, 69% after):
+instructions per lane and group where scalar loads took 44 (which relieved L1 and let the
+kernel reach more of the DRAM bandwidth; profiles: docs/results/from-docstrings.md):
 the codes (:func:`word_position`) and the x fragments (the schedule's layout) in 128-bit loads
 that are contiguous across the warp, the lane's scales and zeros (:func:`scale_position`) in
 one 128-bit and one 64-bit load, x's steps and sums of its two rows in one 64-bit load each.
@@ -77,7 +77,8 @@ MIN_GROUPS_PER_WARP = 2
 #: Warps the grid should hold: 12 per SM of an H200 (132 SMs). The GEMM takes about 121
 #: registers a thread (4 warps of each SM quarter), so up to 16 warps per SM run at once: grids
 #: of up to 2112 warps are one wave (8192x28672: 1792; 28672x8192 and 8192x8192: 2048). At 136
-#: registers (3 warps a quarter) 8192x28672 ran in 1.13 waves: 63 us against 39.
+#: registers (3 warps a quarter) a large grid spills into a second wave and runs much slower
+#: (docs/design/uniform-cuda.md, "int8 activations on tensor cores").
 TARGET_WARPS = 12 * 132
 #: Group sizes the kernel takes.
 GROUP_SIZES = (32, 64, 128)
@@ -121,10 +122,8 @@ def k_split(spec: UniformSpec) -> int:
     """Warps that share one 32-column slice of the GEMM, each over a slice of the groups: the
     fewest of :data:`K_SPLITS` that give the grid :data:`TARGET_WARPS` warps, within those that
     divide the group count and leave each warp :data:`MIN_GROUPS_PER_WARP` groups or more. A warp
-    walks its groups one after the other, so short layers want many slices (H200, M = 16, before
-    the mma_tiles layout: 8192x28672 2 warps 58.0 us, 4 60.3, 8 65.7; 28672x8192 8 warps 58.3,
-    4 80.0, 2 142.3; 4096x4096 8 warps 10.4, 4 13.9, 2 22.8; after it, 4096x4096 16 warps 6.7 us
-    against 7.2 for 8 at M = 1, 7.1 against 7.5 at M = 16: uniform_mma_ksplit_ab.json)."""
+    walks its groups one after the other, so short layers want many slices, and long ones few
+    (each slice adds a partial sum to ``k_sum``; measurements: docs/results/from-docstrings.md)."""
     fits = [v for v in K_SPLITS if spec.groups % v == 0
             and spec.groups // v >= MIN_GROUPS_PER_WARP] or [1]
     slices = spec.n // WARP_COLUMNS
@@ -269,8 +268,8 @@ def uniform_compute_cuda_mma(spec: UniformSpec):
         xq_sum = T.sblock_alloc_buffer((TILE_M, G), "int32")
         x_step = T.sblock_alloc_buffer((TILE_M, G), "float32")
         # all 16 rows' sums, k_sum reads M: the GEMM's code is then the same for every M (with
-        # the rows past M dead, ptxas took 96 registers at M = 8 and scheduled it slower: H200,
-        # 8192x28672, 43.5 us against 38.5 written whole; uniform_mma_partial_rows_ab.json)
+        # the rows past M dead, ptxas took 96 registers at M = 8 and scheduled it slower;
+        # measurements: docs/results/from-docstrings.md)
         partial = T.sblock_alloc_buffer((W, KS, TILE_M, columns), "float32")
         for m, k in T.grid(TILE_M, K):
             with T.sblock("x_rows"):
