@@ -42,3 +42,16 @@ def choices(*known: str):
                 f"unknown {unknown or [text]}; known: {', '.join(known)}")
         return items
     return parse
+
+
+def add_layer_arguments(parser, *, rounds: int) -> None:
+    """The options of the jobs that time one GPTQ layer through QuantLinear on a CPU target:
+    --target, --shape, --bits, --group-size, --db, --rounds, --json."""
+    parser.add_argument("--target", default="avx2")
+    parser.add_argument("--shape", type=shape, default="4096x11008",
+                        help="KxN (default 4096x11008)")
+    parser.add_argument("--bits", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=128)
+    parser.add_argument("--db", default=None, help="tuning database URL")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--json", metavar="PATH")

@@ -28,15 +28,8 @@ from tools.harness.product import gptq_tensors, replay_best, scrambled_g_idx
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", default="avx2")
-    parser.add_argument("--shape", type=cli.shape, default="4096x11008",
-                        help="KxN (default 4096x11008)")
-    parser.add_argument("--bits", type=int, default=4)
-    parser.add_argument("--group-size", type=int, default=128)
+    cli.add_layer_arguments(parser, rounds=25)
     parser.add_argument("--batch", type=int, default=1, metavar="M")
-    parser.add_argument("--db", default=None, help="tuning database URL")
-    parser.add_argument("--rounds", type=int, default=25)
-    parser.add_argument("--json", metavar="PATH")
 
 
 def main(args) -> int:

@@ -28,15 +28,8 @@ ROWS = "1,2,4,8,16,32,64,128,256"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", default="avx2")
-    parser.add_argument("--shape", type=cli.shape, default="4096x11008",
-                        help="KxN (default 4096x11008)")
-    parser.add_argument("--bits", type=int, default=4)
-    parser.add_argument("--group-size", type=int, default=128)
+    cli.add_layer_arguments(parser, rounds=7)
     parser.add_argument("--rows", type=cli.ints, default=ROWS, help="row counts M")
-    parser.add_argument("--db", default=None, help="tuning database URL")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--json", metavar="PATH")
 
 
 def main(args) -> int:

@@ -33,7 +33,6 @@ from pathlib import Path as _Path
 _sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # the repository: tools.harness
 
 import argparse
-import json
 import sys
 
 import numpy as np
@@ -47,6 +46,7 @@ from qcompile.formats.mixed import (
 )
 from qcompile.quantize.hessian import damped_inverse, hessian
 from qcompile.quantize.mixed import quantize, quantize_2bit, quantize_first_order, sensitivity
+from tools.harness import results
 
 
 def synthetic_layer(rng: np.random.Generator, k: int, n: int, g1: int, rows: int):
@@ -163,8 +163,7 @@ def main(argv=None) -> int:
         print(f"  {row['method']:24s} {row['average_bits']:9.3f} {row['weight_error']:11.4f} "
               f"{row['output_error']:17.3e}")
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(report, handle, indent=2)
+        results.write(args.json, report)
     return 0
 
 

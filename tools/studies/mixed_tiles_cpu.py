@@ -29,7 +29,6 @@ from pathlib import Path as _Path
 _sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # the repository: tools.harness
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from qcompile import _tvm
 from qcompile.kernels import MixedSpec, UniformSpec, get_family
 from qcompile.tensors import kernel_ready
 from schedules.variants import compute_for
+from tools.harness import results
 from tools.harness.cpu_timing import time_calls
 
 OUTLIER_SHARES = (0.0, 0.002, 0.005, 0.015)
@@ -327,8 +327,7 @@ def main(argv=None) -> int:
     if "fused_int8_speedup_over_float" in s:
         print(f"  fused: float32 x / int8 x latency: {s['fused_int8_speedup_over_float']:.2f}x")
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(report, handle, indent=2)
+        results.write(args.json, report)
     return 0
 
 
