@@ -14,7 +14,10 @@ from qcompile.build import build_untuned
 from qcompile.kernels import UniformSpec
 
 ROOT = Path(__file__).resolve().parents[2]
-SNIPPETS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+#: The programs among the README's Python blocks: those that start with their imports (the
+#: others are excerpts, such as the variant registry's entry).
+SNIPPETS = [block for block in re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(),
+                                          re.DOTALL) if block.startswith(("import ", "from "))]
 
 
 @pytest.fixture(scope="module")
