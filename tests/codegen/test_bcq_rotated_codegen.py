@@ -15,7 +15,7 @@ from qcompile.errors import FormatError, SpecError
 from qcompile.formats.bcq import table_keys
 from qcompile.kernels import BcqSpec, get_family
 from qcompile.kernels.bcq import compute_cuda_rotated as rotated
-from qcompile.kernels.uniform.compute_cuda import compute_name
+from qcompile.kernels.tir.attrs import compute_name
 from qcompile.manifest import read_manifest
 from qcompile.testing.cuda_emulator import aligned, emulate_all, ptxas_report
 from schedules.cuda import bcq_rotated

@@ -56,7 +56,7 @@ from qcompile.errors import SpecError
 from qcompile.formats.bcq import WORD_BITS
 from qcompile.kernels.bcq.compute import combine_block, signed_sum
 from qcompile.kernels.bcq.spec import BcqSpec
-from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
+from qcompile.kernels.tir.attrs import COMPUTE_ATTR
 
 COMPUTE_NAME = "bcq.cuda_rotated.v1"
 #: The layout's name in manifests and ``PreparedWeights.extras["layout"]``.

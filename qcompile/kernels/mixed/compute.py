@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from qcompile._tvm import T
 from qcompile.kernels.mixed.spec import MixedSpec
-from qcompile.kernels.uniform.compute import field_expr, field_scale_expr
-from qcompile.kernels.uniform.compute_cuda import magic_bits_from, magic_float
+from qcompile.kernels.tir.codes import field_expr, field_scale_expr
+from qcompile.kernels.tir.magic import magic_bits_from, magic_float
 
 
 def field_scale_cuda(k, bits: int):

@@ -53,15 +53,10 @@ from __future__ import annotations
 from qcompile._tvm import T
 from qcompile.kernels.mixed.compute import finish_block
 from qcompile.kernels.mixed.spec import MixedSpec
-from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
-from qcompile.kernels.uniform.compute_cuda_int8 import (
-    code_word,
-    dp4a,
-    quantize_x_blocks,
-    quantized,
-    steps_per_unit,
-)
-from qcompile.kernels.uniform.compute_int8 import STEP, storage_to_row, unit_rows
+from qcompile.kernels.tir.activations import quantize_x_blocks, quantized
+from qcompile.kernels.tir.attrs import COMPUTE_ATTR
+from qcompile.kernels.tir.int8_dot import code_word, dp4a, steps_per_unit
+from qcompile.kernels.tir.planes import STEP, storage_to_row, unit_rows
 
 COMPUTE_NAME = "mixed.cuda_int8.v1"
 

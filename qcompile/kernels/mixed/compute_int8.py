@@ -41,16 +41,9 @@ from __future__ import annotations
 from qcompile._tvm import T
 from qcompile.kernels.mixed.compute import finish_block, scale1_block
 from qcompile.kernels.mixed.spec import MixedSpec
-from qcompile.kernels.uniform.compute_int8 import (
-    STEP,
-    X_LEVELS,
-    byte_planes,
-    chunk_rows_for,
-    code_expr,
-    integer_group_dot,
-    storage_to_row,
-    unit_rows,
-)
+from qcompile.kernels.tir.activations import X_LEVELS
+from qcompile.kernels.tir.int8_dot import chunk_rows_for, integer_group_dot
+from qcompile.kernels.tir.planes import STEP, byte_planes, code_expr, storage_to_row, unit_rows
 
 
 def input_column(order, position, first_group: int, g1: int, bits: int):

@@ -201,7 +201,7 @@ class MixedFamily(KernelFamily):
         and g1-group (uniform.compute_int8.quantized_activations) and the outliers by x."""
         if not spec.int8_activations:
             return self.reference(spec, x, **arrays)
-        from qcompile.kernels.uniform.compute_int8 import quantized_activations
+        from qcompile.kernels.tir.activations import quantized_activations
 
         tensors = self.checkpoint_tensors(spec, **arrays)
         x = np.asarray(x, dtype=np.float32)

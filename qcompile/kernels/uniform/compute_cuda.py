@@ -48,21 +48,13 @@ from __future__ import annotations
 
 from qcompile._tvm import T
 from qcompile.errors import SpecError
-from qcompile.kernels.uniform.compute import code3_expr
+from qcompile.kernels.tir.attrs import COMPUTE_ATTR
+from qcompile.kernels.tir.codes import code3_expr
+from qcompile.kernels.tir.magic import MAGIC, magic_bits_from, magic_float
 from qcompile.kernels.uniform.spec import UniformSpec
 
-#: float32 bit pattern of 2**23: OR-ing a value below 2**23 into its mantissa gives 2**23 + value.
-MAGIC_BITS = 0x4B000000
-MAGIC = 8388608.0  # 2**23
-
 #: Marks the PrimFunc as this factorisation (a workload names its compute; see tuning_db).
-COMPUTE_ATTR = "qcompile.compute"
 COMPUTE_NAME = "uniform.cuda.v2"
-
-
-def compute_name(func) -> str:
-    """The compute a PrimFunc is (its :data:`COMPUTE_ATTR`), or "" when it names none."""
-    return str(func.attrs.get(COMPUTE_ATTR, "")) if func.attrs is not None else ""
 
 
 def fields_per_half(bits: int) -> int:
@@ -109,24 +101,6 @@ def code_bits_in_place(qweight, k, n, bits: int):
     part = T.shift_right(word, T.Cast("uint32", half * 16))
     mask = T.shift_left(T.uint32((1 << bits) - 1), T.Cast("uint32", jj * bits))
     return T.bitwise_and(part, mask)
-
-
-def magic_float(bits_expr, magic_bits):
-    """float32 ``2**23 + v`` for a uint32 expression ``v < 2**23`` (one OR, no conversion);
-    ``magic_bits`` is an expression equal to :data:`MAGIC_BITS` (:func:`magic_bits_from`)."""
-    return T.reinterpret("float32", T.bitwise_or(bits_expr, magic_bits))
-
-
-def magic_bits_from(value):
-    """uint32 :data:`MAGIC_BITS`, computed from a float32 ``value`` in [0, 2**23): the smaller
-    of the bits of ``2**23 + value`` (0x4B000000 and up) and 0x4B000000.
-
-    Why not the constant: a LOP3 takes one immediate, so ``(word & mask) | 0x4B000000`` with two
-    immediates costs ptxas two LOP3s per code. Computed from data (neither TVM nor ptxas can
-    fold it; an AND of the exponent bits ptxas would merge back into every LOP3), the magic
-    sits in a register once per group and column, and mask and OR become one LOP3.
-    """
-    return T.min(T.reinterpret("uint32", T.float32(MAGIC) + value), T.uint32(MAGIC_BITS))
 
 
 def code_minus_zero(qweight, zeros, g, k, n, bits: int):

@@ -144,7 +144,7 @@ class UniformFamily(KernelFamily):
 
         qweight = by_name["qweight"]
         if spec.int8_activations and qweight.dim() == 2:
-            from qcompile.kernels.uniform.compute_int8 import byte_planes
+            from qcompile.kernels.tir.planes import byte_planes
 
             planes = byte_planes(qweight.cpu().numpy(), spec.bits)
             by_name = {**by_name, "qweight": torch.from_numpy(planes).to(qweight.device)}
