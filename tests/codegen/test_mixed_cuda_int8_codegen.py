@@ -12,7 +12,7 @@ import targets
 from qcompile import _tvm
 from qcompile.build import build_untuned
 from qcompile.kernels import MixedSpec, get_family
-from qcompile.kernels.mixed import layout
+from qcompile.kernels.layouts import mixed as layout
 from qcompile.kernels.mixed.compute_cuda_int8 import COMPUTE_NAME, mixed_compute_cuda_int8
 from qcompile.kernels.tir.attrs import COMPUTE_ATTR
 from qcompile.testing.cuda_emulator import aligned, emulate_all, ptxas_report

@@ -85,7 +85,7 @@ def test_kernel_is_exact_on_the_activations_it_rounds(avx2, bits, group_size, m)
     function = compile_fixed(spec, avx2, tiled_register_tile, tiles)
     rng = np.random.default_rng(bits * 100 + m)
     tensors = FAMILY.example_tensors(spec, rng)
-    from qcompile.kernels.uniform import layout
+    from qcompile.kernels.layouts import uniform as layout
 
     weights = FAMILY.prepare(spec, layout=layout.n_tiled(tiles["t_u"] * 8), **tensors)
     x = rng.standard_normal((m, K)).astype(np.float32)

@@ -8,7 +8,7 @@ import torch
 
 from qcompile.errors import SpecError
 from qcompile.kernels import MixedSpec, get_family
-from qcompile.kernels.mixed import layout as weight_layout
+from qcompile.kernels.layouts import mixed as weight_layout
 from qcompile.kernels.tir import activations, int8_dot
 from qcompile.kernels.tir import planes as tir_planes
 from qcompile.testing.kernels import compile_fixed, relative_error, tune_and_load

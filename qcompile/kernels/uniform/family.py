@@ -10,7 +10,7 @@ from qcompile.errors import FormatError
 from qcompile.formats.act_order import reorder
 from qcompile.formats.gptq import GptqTensors, as_numpy
 from qcompile.kernels.base import KernelFamily, PreparedWeights
-from qcompile.kernels.uniform import layout as weight_layout
+from qcompile.kernels.layouts import uniform as weight_layout
 from qcompile.kernels.uniform.spec import UniformSpec
 from qcompile.quantize.rtn import quantize_rtn
 from qcompile.tensors import kernel_ready
