@@ -45,117 +45,26 @@ def uniform_compute(spec: UniformSpec):
     gather ``x[:, perm]`` is fused into the same two reads. The float32 sequential kernel is
     exactly the TensorIR of compute version 1.
     """
-    if spec.act_order:
-        return _gather_compute(spec)
-    if spec.dtype != "float32":
-        return _cast_compute(spec)
-    return _float32_compute(spec)
-
-
-def _float32_compute(spec: UniformSpec):
+    widened = spec.act_order or spec.dtype != "float32"
+    blocks = _gemm_blocks(spec, widened)
     M, K, N, G = spec.m, spec.k, spec.n, spec.groups
-    rows, bits, gsize = spec.packed_rows, spec.bits, spec.effective_group_size
-    attrs = spec.func_attrs()
+    rows, dtype, attrs = spec.packed_rows, spec.dtype, spec.func_attrs()
+    if not spec.act_order:
+        @T.prim_func(s_tir=True)
+        def uniform_gemm(
+            x: T.Buffer((M, K), dtype),
+            qweight: T.Buffer((rows, N), "int32"),
+            scales: T.Buffer((G, N), "float16"),
+            zeros: T.Buffer((G, N), "uint8"),
+            y: T.Buffer((M, N), dtype),
+        ):
+            T.func_attr(attrs)
+            blocks(x, None, qweight, scales, zeros, y)
+
+        return uniform_gemm
 
     @T.prim_func(s_tir=True)
-    def uniform_gemm(
-        x: T.Buffer((M, K), "float32"),
-        qweight: T.Buffer((rows, N), "int32"),
-        scales: T.Buffer((G, N), "float16"),
-        zeros: T.Buffer((G, N), "uint8"),
-        y: T.Buffer((M, N), "float32"),
-    ):
-        T.func_attr(attrs)
-        x_field = T.sblock_alloc_buffer((M, K), "float32")
-        x_sum = T.sblock_alloc_buffer((M, G), "float32")
-        dot = T.sblock_alloc_buffer((M, G, N), "float32")
-        for m, k in T.grid(M, K):
-            with T.sblock("scale_x"):
-                vm, vk = T.axis.remap("SS", [m, k])
-                x_field[vm, vk] = x[vm, vk] * field_scale_expr(vk, bits)
-        for m, g, r in T.grid(M, G, gsize):
-            with T.sblock("group_sum"):
-                vm, vg, vr = T.axis.remap("SSR", [m, g, r])
-                with T.init():
-                    x_sum[vm, vg] = T.float32(0)
-                x_sum[vm, vg] = x_sum[vm, vg] + x[vm, vg * gsize + vr]
-        for m, g, n, r in T.grid(M, G, N, gsize):
-            with T.sblock("group_dot"):
-                vm, vg, vn, vr = T.axis.remap("SSSR", [m, g, n, r])
-                with T.init():
-                    dot[vm, vg, vn] = T.float32(0)
-                dot[vm, vg, vn] = dot[vm, vg, vn] + x_field[vm, vg * gsize + vr] * field_expr(
-                    qweight, vg * gsize + vr, vn, bits)
-        for m, n, g in T.grid(M, N, G):
-            with T.sblock("combine"):
-                vm, vn, vg = T.axis.remap("SSR", [m, n, g])
-                with T.init():
-                    y[vm, vn] = T.float32(0)
-                y[vm, vn] = y[vm, vn] + T.Cast("float32", scales[vg, vn]) * (
-                    dot[vm, vg, vn] - T.Cast("float32", zeros[vg, vn]) * x_sum[vm, vg])
-
-    return uniform_gemm
-
-
-def _cast_compute(spec: UniformSpec):
-    """float16/bfloat16 activations and output, float32 inside."""
-    M, K, N, G = spec.m, spec.k, spec.n, spec.groups
-    rows, bits, gsize, dtype = spec.packed_rows, spec.bits, spec.effective_group_size, spec.dtype
-    attrs = spec.func_attrs()
-
-    @T.prim_func(s_tir=True)
-    def uniform_gemm(
-        x: T.Buffer((M, K), dtype),
-        qweight: T.Buffer((rows, N), "int32"),
-        scales: T.Buffer((G, N), "float16"),
-        zeros: T.Buffer((G, N), "uint8"),
-        y: T.Buffer((M, N), dtype),
-    ):
-        T.func_attr(attrs)
-        x_field = T.sblock_alloc_buffer((M, K), "float32")
-        x_sum = T.sblock_alloc_buffer((M, G), "float32")
-        dot = T.sblock_alloc_buffer((M, G, N), "float32")
-        y_acc = T.sblock_alloc_buffer((M, N), "float32")
-        for m, k in T.grid(M, K):
-            with T.sblock("scale_x"):
-                vm, vk = T.axis.remap("SS", [m, k])
-                x_field[vm, vk] = T.Cast("float32", x[vm, vk]) * field_scale_expr(vk, bits)
-        for m, g, r in T.grid(M, G, gsize):
-            with T.sblock("group_sum"):
-                vm, vg, vr = T.axis.remap("SSR", [m, g, r])
-                with T.init():
-                    x_sum[vm, vg] = T.float32(0)
-                x_sum[vm, vg] = x_sum[vm, vg] + T.Cast("float32", x[vm, vg * gsize + vr])
-        for m, g, n, r in T.grid(M, G, N, gsize):
-            with T.sblock("group_dot"):
-                vm, vg, vn, vr = T.axis.remap("SSSR", [m, g, n, r])
-                with T.init():
-                    dot[vm, vg, vn] = T.float32(0)
-                dot[vm, vg, vn] = dot[vm, vg, vn] + x_field[vm, vg * gsize + vr] * field_expr(
-                    qweight, vg * gsize + vr, vn, bits)
-        for m, n, g in T.grid(M, N, G):
-            with T.sblock("combine"):
-                vm, vn, vg = T.axis.remap("SSR", [m, n, g])
-                with T.init():
-                    y_acc[vm, vn] = T.float32(0)
-                y_acc[vm, vn] = y_acc[vm, vn] + T.Cast("float32", scales[vg, vn]) * (
-                    dot[vm, vg, vn] - T.Cast("float32", zeros[vg, vn]) * x_sum[vm, vg])
-        for m, n in T.grid(M, N):
-            with T.sblock("cast_y"):
-                vm, vn = T.axis.remap("SS", [m, n])
-                y[vm, vn] = T.Cast(dtype, y_acc[vm, vn])
-
-    return uniform_gemm
-
-
-def _gather_compute(spec: UniformSpec):
-    """act_order with the gather fused: x is read at ``perm[k]`` (any activation dtype)."""
-    M, K, N, G = spec.m, spec.k, spec.n, spec.groups
-    rows, bits, gsize, dtype = spec.packed_rows, spec.bits, spec.effective_group_size, spec.dtype
-    attrs = spec.func_attrs()
-
-    @T.prim_func(s_tir=True)
-    def uniform_gemm(
+    def uniform_gemm_gather(
         x: T.Buffer((M, K), dtype),
         qweight: T.Buffer((rows, N), "int32"),
         scales: T.Buffer((G, N), "float16"),
@@ -164,20 +73,42 @@ def _gather_compute(spec: UniformSpec):
         y: T.Buffer((M, N), dtype),
     ):
         T.func_attr(attrs)
+        blocks(x, perm, qweight, scales, zeros, y)
+
+    return uniform_gemm_gather
+
+
+def _gemm_blocks(spec: UniformSpec, widened: bool):
+    """A TIR macro ``(x, perm, qweight, scales, zeros, y)``: the buffers and blocks of
+    :func:`uniform_compute`. ``perm`` is None, or act_order's permutation (x is read at
+    ``perm[k]``); ``widened`` (act_order, or activations not float32): x is converted to float32
+    where it is read, and ``combine`` accumulates into ``y_acc``, which ``cast_y`` stores."""
+    M, K, N, G = spec.m, spec.k, spec.n, spec.groups
+    bits, gsize, dtype = spec.bits, spec.effective_group_size, spec.dtype
+
+    def read_x(x, perm, m, k):
+        value = x[m, k] if perm is None else x[m, perm[k]]
+        return T.Cast("float32", value) if widened else value
+
+    @T.macro
+    def blocks(x, perm, qweight, scales, zeros, y):
         x_field = T.sblock_alloc_buffer((M, K), "float32")
         x_sum = T.sblock_alloc_buffer((M, G), "float32")
         dot = T.sblock_alloc_buffer((M, G, N), "float32")
-        y_acc = T.sblock_alloc_buffer((M, N), "float32")
+        if widened:
+            y_acc = T.sblock_alloc_buffer((M, N), "float32")
+        else:
+            y_acc = T.meta_var(y)  # y itself, not renamed
         for m, k in T.grid(M, K):
             with T.sblock("scale_x"):
                 vm, vk = T.axis.remap("SS", [m, k])
-                x_field[vm, vk] = T.Cast("float32", x[vm, perm[vk]]) * field_scale_expr(vk, bits)
+                x_field[vm, vk] = read_x(x, perm, vm, vk) * field_scale_expr(vk, bits)
         for m, g, r in T.grid(M, G, gsize):
             with T.sblock("group_sum"):
                 vm, vg, vr = T.axis.remap("SSR", [m, g, r])
                 with T.init():
                     x_sum[vm, vg] = T.float32(0)
-                x_sum[vm, vg] = x_sum[vm, vg] + T.Cast("float32", x[vm, perm[vg * gsize + vr]])
+                x_sum[vm, vg] = x_sum[vm, vg] + read_x(x, perm, vm, vg * gsize + vr)
         for m, g, n, r in T.grid(M, G, N, gsize):
             with T.sblock("group_dot"):
                 vm, vg, vn, vr = T.axis.remap("SSSR", [m, g, n, r])
@@ -192,9 +123,10 @@ def _gather_compute(spec: UniformSpec):
                     y_acc[vm, vn] = T.float32(0)
                 y_acc[vm, vn] = y_acc[vm, vn] + T.Cast("float32", scales[vg, vn]) * (
                     dot[vm, vg, vn] - T.Cast("float32", zeros[vg, vn]) * x_sum[vm, vg])
-        for m, n in T.grid(M, N):
-            with T.sblock("cast_y"):
-                vm, vn = T.axis.remap("SS", [m, n])
-                y[vm, vn] = T.Cast(dtype, y_acc[vm, vn])
+        if widened:
+            for m, n in T.grid(M, N):
+                with T.sblock("cast_y"):
+                    vm, vn = T.axis.remap("SS", [m, n])
+                    y[vm, vn] = T.Cast(dtype, y_acc[vm, vn])
 
-    return uniform_gemm
+    return blocks

@@ -135,40 +135,13 @@ def uniform_compute_cuda_for(*, m: int, k: int, n: int, groups: int, rows: int, 
     M, K, N, G, gsize = m, k, n, groups, group_size
     attrs = {**attrs, COMPUTE_ATTR: COMPUTE_NAME}
 
-    if dtype == "float32":
-        @T.prim_func(s_tir=True)
-        def uniform_gemm_cuda(
-            x: T.Buffer((M, K), "float32"),
-            qweight: T.Buffer((rows, N), "int32"),
-            scales: T.Buffer((G, N), "float16"),
-            zeros: T.Buffer((G, N), "uint8"),
-            y: T.Buffer((M, N), "float32"),
-        ):
-            T.func_attr(attrs)
-            x_field = T.sblock_alloc_buffer((M, K), "float32")
-            dot = T.sblock_alloc_buffer((M, G, N), "float32")
-            for vm, vk in T.grid(M, K):
-                with T.sblock("scale_x"):
-                    im, ik = T.axis.remap("SS", [vm, vk])
-                    x_field[im, ik] = x[im, ik] * x_field_scale(ik, bits)
-            for vm, vg, vn, vr in T.grid(M, G, N, gsize):
-                with T.sblock("group_dot"):
-                    im, ig, i_n, ir = T.axis.remap("SSSR", [vm, vg, vn, vr])
-                    with T.init():
-                        dot[im, ig, i_n] = T.float32(0)
-                    dot[im, ig, i_n] = dot[im, ig, i_n] + x_field[im, ig * gsize + ir] * (
-                        code_minus_zero(qweight, zeros, ig, ig * gsize + ir, i_n, bits))
-            for vm, vn, vg in T.grid(M, N, G):
-                with T.sblock("combine"):
-                    im, i_n, ig = T.axis.remap("SSR", [vm, vn, vg])
-                    with T.init():
-                        y[im, i_n] = T.float32(0)
-                    y[im, i_n] = y[im, i_n] + T.Cast("float32", scales[ig, i_n]) * dot[im, ig, i_n]
+    widened = dtype != "float32"  # float32 inside: convert x, accumulate in y_acc, store y
 
-        return uniform_gemm_cuda
+    def read_x(value):
+        return T.Cast("float32", value) if widened else value
 
     @T.prim_func(s_tir=True)
-    def uniform_gemm_cuda_cast(
+    def uniform_gemm_cuda(
         x: T.Buffer((M, K), dtype),
         qweight: T.Buffer((rows, N), "int32"),
         scales: T.Buffer((G, N), "float16"),
@@ -178,11 +151,14 @@ def uniform_compute_cuda_for(*, m: int, k: int, n: int, groups: int, rows: int, 
         T.func_attr(attrs)
         x_field = T.sblock_alloc_buffer((M, K), "float32")
         dot = T.sblock_alloc_buffer((M, G, N), "float32")
-        y_acc = T.sblock_alloc_buffer((M, N), "float32")
+        if widened:
+            y_acc = T.sblock_alloc_buffer((M, N), "float32")
+        else:
+            y_acc = T.meta_var(y)  # y itself, not renamed
         for vm, vk in T.grid(M, K):
             with T.sblock("scale_x"):
                 im, ik = T.axis.remap("SS", [vm, vk])
-                x_field[im, ik] = T.Cast("float32", x[im, ik]) * x_field_scale(ik, bits)
+                x_field[im, ik] = read_x(x[im, ik]) * x_field_scale(ik, bits)
         for vm, vg, vn, vr in T.grid(M, G, N, gsize):
             with T.sblock("group_dot"):
                 im, ig, i_n, ir = T.axis.remap("SSSR", [vm, vg, vn, vr])
@@ -197,9 +173,10 @@ def uniform_compute_cuda_for(*, m: int, k: int, n: int, groups: int, rows: int, 
                     y_acc[im, i_n] = T.float32(0)
                 y_acc[im, i_n] = y_acc[im, i_n] + T.Cast("float32", scales[ig, i_n]) * (
                     dot[im, ig, i_n])
-        for vm, vn in T.grid(M, N):
-            with T.sblock("store"):
-                im, i_n = T.axis.remap("SS", [vm, vn])
-                y[im, i_n] = T.Cast(dtype, y_acc[im, i_n])
+        if widened:
+            for vm, vn in T.grid(M, N):
+                with T.sblock("store"):
+                    im, i_n = T.axis.remap("SS", [vm, vn])
+                    y[im, i_n] = T.Cast(dtype, y_acc[im, i_n])
 
-    return uniform_gemm_cuda_cast
+    return uniform_gemm_cuda
