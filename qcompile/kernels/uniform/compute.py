@@ -50,18 +50,8 @@ def uniform_compute(spec: UniformSpec):
     M, K, N, G = spec.m, spec.k, spec.n, spec.groups
     rows, dtype, attrs = spec.packed_rows, spec.dtype, spec.func_attrs()
     if not spec.act_order:
-        @T.prim_func(s_tir=True)
-        def uniform_gemm(
-            x: T.Buffer((M, K), dtype),
-            qweight: T.Buffer((rows, N), "int32"),
-            scales: T.Buffer((G, N), "float16"),
-            zeros: T.Buffer((G, N), "uint8"),
-            y: T.Buffer((M, N), dtype),
-        ):
-            T.func_attr(attrs)
-            blocks(x, None, qweight, scales, zeros, y)
-
-        return uniform_gemm
+        return uniform_function(m=M, k=K, n=N, groups=G, rows=rows, dtype=dtype, attrs=attrs,
+                                body=blocks)
 
     @T.prim_func(s_tir=True)
     def uniform_gemm_gather(
@@ -73,13 +63,35 @@ def uniform_compute(spec: UniformSpec):
         y: T.Buffer((M, N), dtype),
     ):
         T.func_attr(attrs)
-        blocks(x, perm, qweight, scales, zeros, y)
+        blocks(x, qweight, scales, zeros, y, perm)
 
     return uniform_gemm_gather
 
 
+def uniform_function(*, m: int, k: int, n: int, groups: int, rows: int, dtype: str,
+                     attrs: dict, body):
+    """The PrimFunc over the family's operands without act_order (x and y of ``dtype``, qweight
+    int32 [rows, N], scales float16 and zeros uint8 [G, N]); ``body`` is a TIR macro ``(x,
+    qweight, scales, zeros, y)`` that allocates its own buffers and writes y. The CPU and CUDA
+    computes share it."""
+    M, K, N, G = m, k, n, groups
+
+    @T.prim_func(s_tir=True)
+    def uniform_gemm(
+        x: T.Buffer((M, K), dtype),
+        qweight: T.Buffer((rows, N), "int32"),
+        scales: T.Buffer((G, N), "float16"),
+        zeros: T.Buffer((G, N), "uint8"),
+        y: T.Buffer((M, N), dtype),
+    ):
+        T.func_attr(attrs)
+        body(x, qweight, scales, zeros, y)
+
+    return uniform_gemm
+
+
 def _gemm_blocks(spec: UniformSpec, widened: bool):
-    """A TIR macro ``(x, perm, qweight, scales, zeros, y)``: the buffers and blocks of
+    """A TIR macro ``(x, qweight, scales, zeros, y, perm=None)``: the buffers and blocks of
     :func:`uniform_compute`. ``perm`` is None, or act_order's permutation (x is read at
     ``perm[k]``); ``widened`` (act_order, or activations not float32): x is converted to float32
     where it is read, and ``combine`` accumulates into ``y_acc``, which ``cast_y`` stores."""
@@ -91,7 +103,7 @@ def _gemm_blocks(spec: UniformSpec, widened: bool):
         return T.Cast("float32", value) if widened else value
 
     @T.macro
-    def blocks(x, perm, qweight, scales, zeros, y):
+    def blocks(x, qweight, scales, zeros, y, perm=None):
         x_field = T.sblock_alloc_buffer((M, K), "float32")
         x_sum = T.sblock_alloc_buffer((M, G), "float32")
         dot = T.sblock_alloc_buffer((M, G, N), "float32")

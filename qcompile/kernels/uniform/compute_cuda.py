@@ -51,6 +51,7 @@ from qcompile.errors import SpecError
 from qcompile.kernels.tir.attrs import COMPUTE_ATTR
 from qcompile.kernels.tir.codes import code3_expr
 from qcompile.kernels.tir.magic import MAGIC, magic_bits_from, magic_float
+from qcompile.kernels.uniform.compute import uniform_function
 from qcompile.kernels.uniform.spec import UniformSpec
 
 #: Marks the PrimFunc as this factorisation (a workload names its compute; see tuning_db).
@@ -140,15 +141,8 @@ def uniform_compute_cuda_for(*, m: int, k: int, n: int, groups: int, rows: int, 
     def read_x(value):
         return T.Cast("float32", value) if widened else value
 
-    @T.prim_func(s_tir=True)
-    def uniform_gemm_cuda(
-        x: T.Buffer((M, K), dtype),
-        qweight: T.Buffer((rows, N), "int32"),
-        scales: T.Buffer((G, N), "float16"),
-        zeros: T.Buffer((G, N), "uint8"),
-        y: T.Buffer((M, N), dtype),
-    ):
-        T.func_attr(attrs)
+    @T.macro
+    def body(x, qweight, scales, zeros, y):
         x_field = T.sblock_alloc_buffer((M, K), "float32")
         dot = T.sblock_alloc_buffer((M, G, N), "float32")
         if widened:
@@ -179,4 +173,5 @@ def uniform_compute_cuda_for(*, m: int, k: int, n: int, groups: int, rows: int, 
                     im, i_n = T.axis.remap("SS", [vm, vn])
                     y[im, i_n] = T.Cast(dtype, y_acc[im, i_n])
 
-    return uniform_gemm_cuda
+    return uniform_function(m=M, k=K, n=N, groups=G, rows=rows, dtype=dtype, attrs=attrs,
+                            body=body)
