@@ -33,13 +33,14 @@ from qcompile.errors import SpecError
 from qcompile.kernels.base import KernelSpec
 from qcompile.kernels.bcq import compute_cuda_rotated as bcq_rotated
 from qcompile.kernels.bcq.compute import bcq_compute
-from qcompile.kernels.mixed import layout as mixed_layout
+from qcompile.kernels.layouts import bcq as bcq_layout
+from qcompile.kernels.layouts import mixed as mixed_layout
+from qcompile.kernels.layouts import uniform as uniform_layout
 from qcompile.kernels.mixed.compute import mixed_compute
 from qcompile.kernels.mixed.compute_cuda_int8 import mixed_compute_cuda_int8
 from qcompile.kernels.mixed.compute_int8 import mixed_compute_int8
 from qcompile.kernels.uniform import compute_cuda_gemv_int8 as uniform_gemv
 from qcompile.kernels.uniform import compute_cuda_mma as uniform_mma
-from qcompile.kernels.uniform import layout as uniform_layout
 from qcompile.kernels.uniform.compute import uniform_compute
 from qcompile.kernels.uniform.compute_cuda import uniform_compute_cuda
 from qcompile.kernels.uniform.compute_cuda_int8 import uniform_compute_cuda_int8
@@ -154,7 +155,7 @@ def _uniform_mma_tiles(spec, func) -> dict:
 
 
 def _bcq_rotated_chunks(spec, func) -> dict:
-    return bcq_rotated.layout(spec.effective_group_size)
+    return bcq_layout.layout(spec.effective_group_size)
 
 
 def _format_layout(spec, func) -> None:

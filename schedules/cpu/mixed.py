@@ -8,7 +8,7 @@ accumulator; then ``finish`` adds the two and walks each column's few CSR outlie
 are read once, in storage order; x (gathered into storage order once per call) stays in cache.
 
 Every sketch first rewrites codes, first- and second-order scales and zeros of both parts into
-column tiles of ``n_reg * lanes`` (the ``n_tiled`` layout, qcompile/kernels/mixed/layout.py), so
+column tiles of ``n_reg * lanes`` (the ``n_tiled`` layout, qcompile/kernels/layouts/mixed.py), so
 a task streams one contiguous range per operand instead of one strided row per 2-bit group
 (a new page every 16 rows at N = 28672; the untiled kernel took about 2x the time). The layout is
 a ``transform_layout`` in the trace, so it replays from a record and the build writes it into
@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 
 from qcompile._tvm import Schedule
-from qcompile.kernels.mixed import layout as weight_layout
+from qcompile.kernels.layouts import mixed as weight_layout
 from qcompile.kernels.mixed.spec import MixedSpec
 from schedules.knobs import choose
 from targets.hardware import CpuHardware
@@ -170,7 +170,7 @@ def tile_widths(spec: MixedSpec, hw: CpuHardware) -> list[int]:
 
 def with_layout(sch: Schedule, spec: MixedSpec, tile_n: int) -> Schedule:
     """``sch`` with codes, first- and second-order scales and zeros of both parts rewritten
-    into column tiles of ``tile_n`` (qcompile/kernels/mixed/layout.py)."""
+    into column tiles of ``tile_n`` (qcompile/kernels/layouts/mixed.py)."""
     weight_layout.apply(sch, spec.n, spec.g2, tile_n)
     return sch
 

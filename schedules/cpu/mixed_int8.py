@@ -38,9 +38,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qcompile._tvm import Schedule
-from qcompile.kernels.mixed import layout as weight_layout
+from qcompile.kernels.layouts import mixed as weight_layout
 from qcompile.kernels.mixed.spec import MixedSpec
-from qcompile.kernels.uniform.compute_int8 import chunk_rows_for
+from qcompile.kernels.tir.int8_dot import chunk_rows_for
 from schedules.cpu import uniform_int8
 from schedules.cpu.mixed import scales_in_registers
 from schedules.cpu.uniform import Knob

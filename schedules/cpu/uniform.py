@@ -58,8 +58,8 @@ import math
 from dataclasses import dataclass
 
 from qcompile._tvm import Schedule
-from qcompile.kernels.uniform import layout as weight_layout
-from qcompile.kernels.uniform.compute import fields_per_word
+from qcompile.kernels.layouts import uniform as weight_layout
+from qcompile.kernels.tir.codes import fields_per_word
 from qcompile.kernels.uniform.spec import UniformSpec
 from schedules import qigen_model as model
 from targets.hardware import CpuHardware

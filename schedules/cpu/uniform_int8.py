@@ -33,8 +33,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qcompile._tvm import Schedule
-from qcompile.kernels.uniform import layout as weight_layout
-from qcompile.kernels.uniform.compute_int8 import STEP, chunk_rows
+from qcompile.kernels.layouts import uniform as weight_layout
+from qcompile.kernels.tir.planes import STEP
+from qcompile.kernels.uniform.compute_int8 import chunk_rows
 from qcompile.kernels.uniform.spec import UniformSpec
 from schedules import qigen_model as model
 from schedules.cpu import int8_dot

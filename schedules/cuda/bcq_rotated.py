@@ -23,8 +23,9 @@ Knobs (categorical): ``threads`` (per block, a multiple of the 32 lanes) and
 from __future__ import annotations
 
 from qcompile._tvm import Schedule
-from qcompile.kernels.bcq.compute_cuda_rotated import COLS, RUN, SLOTS, check_spec
+from qcompile.kernels.bcq.compute_cuda_rotated import RUN, SLOTS, check_spec
 from qcompile.kernels.bcq.spec import BcqSpec
+from qcompile.kernels.layouts.bcq import COLS
 from schedules.cuda.bcq import sum_slices
 from schedules.cuda.common import read_index, unroll
 from schedules.knobs import choose

@@ -61,7 +61,7 @@ from __future__ import annotations
 from functools import partial
 
 from qcompile._tvm import Schedule
-from qcompile.kernels.uniform.compute import fields_per_word
+from qcompile.kernels.tir.codes import fields_per_word
 from qcompile.kernels.uniform.spec import UniformSpec
 from schedules.cuda.common import (
     K_IN_LANES,

@@ -32,8 +32,8 @@ from functools import partial
 
 from qcompile._tvm import Schedule
 from qcompile.errors import SpecError
-from qcompile.kernels.uniform.compute_cuda_int8 import steps_per_unit
-from qcompile.kernels.uniform.compute_int8 import STEP, unit_rows
+from qcompile.kernels.tir.int8_dot import steps_per_unit
+from qcompile.kernels.tir.planes import STEP, unit_rows
 from qcompile.kernels.uniform.spec import UniformSpec
 from schedules.cuda.common import (
     K_IN_WARPS,

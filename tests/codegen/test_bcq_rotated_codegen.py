@@ -15,7 +15,8 @@ from qcompile.errors import FormatError, SpecError
 from qcompile.formats.bcq import table_keys
 from qcompile.kernels import BcqSpec, get_family
 from qcompile.kernels.bcq import compute_cuda_rotated as rotated
-from qcompile.kernels.uniform.compute_cuda import compute_name
+from qcompile.kernels.layouts import bcq as bcq_layout
+from qcompile.kernels.tir.attrs import compute_name
 from qcompile.manifest import read_manifest
 from qcompile.testing.cuda_emulator import aligned, emulate_all, ptxas_report
 from schedules.cuda import bcq_rotated
@@ -45,14 +46,14 @@ def test_rotation_moves_each_chunk_to_its_step(group_size):
     k, n, cpg = 512, 256, group_size // 8
     planes = rng.integers(0, 1 << 32, size=(2, k // 32, n), dtype=np.uint64)
     planes = planes.astype(np.uint32).view(np.int32)
-    moved = rotated.rotate_planes(planes, group_size)
-    assert np.array_equal(moved, rotated.rotate_planes(torch.from_numpy(planes),
+    moved = bcq_layout.rotate_planes(planes, group_size)
+    assert np.array_equal(moved, bcq_layout.rotate_planes(torch.from_numpy(planes),
                                                       group_size).numpy())
     before, after = table_keys(planes, 8), table_keys(moved, 8)        # [q, K / 8, N]
     columns = np.arange(n)
     for g in range(k // group_size):
         for s in range(cpg):
-            source = g * cpg + (s + rotated.rotation(columns, cpg)) % cpg
+            source = g * cpg + (s + bcq_layout.rotation(columns, cpg)) % cpg
             assert np.array_equal(after[:, g * cpg + s, :], before[:, source, columns])
 
 
@@ -84,7 +85,7 @@ def test_emulated_kernels_match_reference(case):
     spec = BcqSpec(k=k, n=n, q=q, group_size=group_size, mu=8)
     rng = np.random.default_rng(q * 100 + group_size)
     tensors = FAMILY.example_tensors(spec, rng)
-    prepared = FAMILY.prepare(spec, layout=rotated.layout(group_size), **tensors)
+    prepared = FAMILY.prepare(spec, layout=bcq_layout.layout(group_size), **tensors)
     planes, alpha, z = (t.numpy() for t in prepared.tensors)
     x = rng.standard_normal((1, k)).astype(np.float32)
     y = aligned(np.full((1, n), np.nan, dtype=np.float32))
@@ -123,13 +124,13 @@ def test_untuned_build_records_the_layout_and_prepare_packs_it(tmp_path):
     spec = BcqSpec(k=1024, n=512, q=3, group_size=128, mu=8)
     result = build_untuned(spec, PRESET, tmp_path)
     manifest = read_manifest(result.so_path)
-    assert manifest.data["layout"] == rotated.layout(128)
+    assert manifest.data["layout"] == bcq_layout.layout(128)
     tensors = FAMILY.example_tensors(spec, np.random.default_rng(0))
     plain = FAMILY.prepare(spec, **tensors)
     packed = FAMILY.prepare(spec, layout=manifest.data["layout"], **tensors)
-    assert packed.extras["layout"] == rotated.layout(128)
+    assert packed.extras["layout"] == bcq_layout.layout(128)
     assert np.array_equal(packed.tensors[0].numpy(),
-                          rotated.rotate_planes(plain.tensors[0].numpy(), 128))
+                          bcq_layout.rotate_planes(plain.tensors[0].numpy(), 128))
     relaid = FAMILY.relayout(spec, plain, manifest.data["layout"])
     assert torch.equal(relaid.tensors[0], packed.tensors[0])
     with pytest.raises(FormatError, match="unknown bcq weight layout"):

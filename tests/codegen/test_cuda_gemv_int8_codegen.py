@@ -15,15 +15,15 @@ from qcompile import _tvm
 from qcompile.build import build_untuned
 from qcompile.errors import SpecError
 from qcompile.kernels import UniformSpec, get_family
-from qcompile.kernels.uniform import layout
-from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
+from qcompile.kernels.layouts import uniform as layout
+from qcompile.kernels.tir.activations import quantized_activations
+from qcompile.kernels.tir.attrs import COMPUTE_ATTR
 from qcompile.kernels.uniform.compute_cuda_gemv_int8 import (
     COMPUTE_NAME,
     check_spec,
     thread_shape,
     uniform_compute_cuda_gemv_int8,
 )
-from qcompile.kernels.uniform.compute_int8 import quantized_activations
 from qcompile.testing.cuda_emulator import aligned, emulate, ptxas_report
 from qcompile.testing.kernels import relative_error
 from schedules.cuda import uniform_gemv_int8

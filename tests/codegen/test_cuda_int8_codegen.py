@@ -14,10 +14,11 @@ from qcompile import _tvm
 from qcompile.build import build_untuned
 from qcompile.errors import SpecError
 from qcompile.kernels import UniformSpec, get_family
-from qcompile.kernels.uniform import layout
-from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
+from qcompile.kernels.layouts import uniform as layout
+from qcompile.kernels.tir.activations import quantized_activations
+from qcompile.kernels.tir.attrs import COMPUTE_ATTR
+from qcompile.kernels.tir.planes import byte_planes
 from qcompile.kernels.uniform.compute_cuda_int8 import COMPUTE_NAME, uniform_compute_cuda_int8
-from qcompile.kernels.uniform.compute_int8 import byte_planes, quantized_activations
 from qcompile.testing.cuda_emulator import aligned, emulate, ptxas_report
 from qcompile.testing.kernels import relative_error
 from schedules.cuda import uniform_int8

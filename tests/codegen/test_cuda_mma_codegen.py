@@ -15,8 +15,9 @@ from qcompile import _tvm
 from qcompile.build import build_untuned
 from qcompile.errors import SpecError
 from qcompile.kernels import UniformSpec, get_family
-from qcompile.kernels.uniform import layout
-from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
+from qcompile.kernels.layouts import uniform as layout
+from qcompile.kernels.tir.attrs import COMPUTE_ATTR
+from qcompile.kernels.tir.planes import byte_planes
 from qcompile.kernels.uniform.compute_cuda_gemv_int8 import COMPUTE_NAME as GEMV_COMPUTE_NAME
 from qcompile.kernels.uniform.compute_cuda_int8 import COMPUTE_NAME as DP4A_COMPUTE_NAME
 from qcompile.kernels.uniform.compute_cuda_mma import (
@@ -31,7 +32,6 @@ from qcompile.kernels.uniform.compute_cuda_mma import (
     uses_tensor_cores,
     word_position,
 )
-from qcompile.kernels.uniform.compute_int8 import byte_planes
 from qcompile.testing.cuda_emulator import ptxas_report
 from schedules import untuned_schedule
 from schedules.variants import compute_for

@@ -12,9 +12,9 @@ import targets
 from qcompile import _tvm
 from qcompile.build import build_untuned
 from qcompile.kernels import MixedSpec, get_family
-from qcompile.kernels.mixed import layout
+from qcompile.kernels.layouts import mixed as layout
 from qcompile.kernels.mixed.compute_cuda_int8 import COMPUTE_NAME, mixed_compute_cuda_int8
-from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
+from qcompile.kernels.tir.attrs import COMPUTE_ATTR
 from qcompile.testing.cuda_emulator import aligned, emulate_all, ptxas_report
 from qcompile.testing.kernels import relative_error
 from schedules.cuda import mixed_int8

@@ -8,6 +8,8 @@ import torch
 from qcompile.errors import SpecError
 from qcompile.formats import bitpack
 from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels.tir import activations, int8_dot
+from qcompile.kernels.tir import planes as tir_planes
 from qcompile.kernels.uniform import compute_int8
 from qcompile.testing.kernels import compile_fixed, relative_error, tune_and_load
 from schedules.cpu import uniform_int8
@@ -20,7 +22,7 @@ def decode_planes(planes: np.ndarray, bits: int) -> np.ndarray:
     """Codes [K, N] from byte planes [U, P, N, 4] by the module docstring's rules (not the
     kernel's expression): the inverse the kernel relies on."""
     units, _, n, _ = planes.shape
-    rows = compute_int8.unit_rows(bits)
+    rows = tir_planes.unit_rows(bits)
     codes = np.zeros((units * rows, n), dtype=np.int64)
     for u in range(units):
         for j in range(4):
@@ -42,24 +44,24 @@ def decode_planes(planes: np.ndarray, bits: int) -> np.ndarray:
 def test_byte_planes_hold_every_code(bits):
     rng = np.random.default_rng(bits)
     codes = rng.integers(0, 1 << bits, size=(K, N))
-    planes = compute_int8.byte_planes(bitpack.pack(codes, bits), bits)
+    planes = tir_planes.byte_planes(bitpack.pack(codes, bits), bits)
     assert planes.dtype == np.uint8
-    assert planes.shape == (K // compute_int8.unit_rows(bits), compute_int8.planes(bits), N, 4)
+    assert planes.shape == (K // tir_planes.unit_rows(bits), tir_planes.planes(bits), N, 4)
     assert planes.nbytes == K * N * bits // 8  # no byte more than GPTQ's packing
     np.testing.assert_array_equal(decode_planes(planes, bits), codes)
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4])
 def test_storage_order_is_a_permutation_within_blocks(bits):
-    rows = [int(compute_int8.storage_to_row(p, bits)) for p in range(64)]
-    block = compute_int8.order_block(bits)
+    rows = [int(tir_planes.storage_to_row(p, bits)) for p in range(64)]
+    block = tir_planes.order_block(bits)
     assert sorted(rows) == list(range(64))
     assert all(r // block == p // block for p, r in enumerate(rows))
 
 
 def test_chunks_fit_int16():
     for bits, limit in ((2, 172), (3, 72), (4, 32)):
-        assert compute_int8.chunk_limit(bits) == limit
+        assert int8_dot.chunk_limit(bits) == limit
         worst = limit // 4 * 2 * 127 * ((1 << bits) - 1)  # every pair at its largest
         assert worst <= 32767
     spec = UniformSpec(k=8192, n=64, bits=3, group_size=-1, int8_activations=True)
@@ -83,7 +85,7 @@ def test_kernel_is_exact_on_the_activations_it_rounds(avx2, bits, group_size, m)
     function = compile_fixed(spec, avx2, tiled_register_tile, tiles)
     rng = np.random.default_rng(bits * 100 + m)
     tensors = FAMILY.example_tensors(spec, rng)
-    from qcompile.kernels.uniform import layout
+    from qcompile.kernels.layouts import uniform as layout
 
     weights = FAMILY.prepare(spec, layout=layout.n_tiled(tiles["t_u"] * 8), **tensors)
     x = rng.standard_normal((m, K)).astype(np.float32)
@@ -93,7 +95,7 @@ def test_kernel_is_exact_on_the_activations_it_rounds(avx2, bits, group_size, m)
     y = torch.empty((m, N), dtype=torch.float32)
     function(torch.from_numpy(x), *weights.tensors, y)
     weight = FAMILY.reference_weight(spec, **tensors).astype(np.float64)
-    exact = compute_int8.quantized_activations(x, group_size) @ weight
+    exact = activations.quantized_activations(x, group_size) @ weight
     assert relative_error(y, exact) < 1e-5
     # Against float32 activations: the rounding of x to int8, about 1e-2 of max |y|.
     assert relative_error(y, x.astype(np.float64) @ weight) < 3e-2
@@ -125,7 +127,7 @@ def test_tune_build_and_run_from_the_database(avx2, tmp_path):
     weights = kernel.prepare(**tensors)
     x = rng.standard_normal((1, K)).astype(np.float32)
     y = kernel(torch.from_numpy(x), weights).numpy()
-    exact = compute_int8.quantized_activations(x, 128) @ FAMILY.reference_weight(spec, **tensors)
+    exact = activations.quantized_activations(x, 128) @ FAMILY.reference_weight(spec, **tensors)
     assert relative_error(y, exact) < 1e-5
 
 
@@ -137,7 +139,7 @@ def test_plans_keep_shift_counts_constant_and_registers_free(avx2, bits, group_s
     hw = avx2.hardware()
     for n in (64, 4096, 28672):
         spec = UniformSpec(k=8192, n=n, bits=bits, group_size=group_size, int8_activations=True)
-        steps = compute_int8.chunk_rows(spec) // compute_int8.STEP
+        steps = compute_int8.chunk_rows(spec) // tir_planes.STEP
         for plan in uniform_int8.plans(spec, hw):
             assert plan.t_u <= uniform_int8.MAX_T_U and (n // 8) % plan.t_u == 0
             assert plan.m_u.values and plan.m_u.seed in plan.m_u.values

@@ -8,8 +8,9 @@ import torch
 
 from qcompile.errors import SpecError
 from qcompile.kernels import MixedSpec, get_family
-from qcompile.kernels.mixed import layout as weight_layout
-from qcompile.kernels.uniform import compute_int8
+from qcompile.kernels.layouts import mixed as weight_layout
+from qcompile.kernels.tir import activations, int8_dot
+from qcompile.kernels.tir import planes as tir_planes
 from qcompile.testing.kernels import compile_fixed, relative_error, tune_and_load
 from schedules.cpu import mixed_int8
 
@@ -63,7 +64,7 @@ def test_outliers_multiply_the_float_activations(avx2):
     without = FAMILY.run(spec, function, x, FAMILY.prepare(spec, layout=layout, **silent))
     sparse = x.astype(np.float64) @ FAMILY.checkpoint_tensors(spec, **tensors).outliers()
     np.testing.assert_allclose((with_outliers - without).numpy(), sparse, rtol=1e-4, atol=1e-5)
-    rounded = compute_int8.quantized_activations(x[None], spec.g1)[0]
+    rounded = activations.quantized_activations(x[None], spec.g1)[0]
     assert np.abs(rounded - x).max() > 1e-3  # the two x differ: the check above can tell
 
 
@@ -88,7 +89,7 @@ def test_byte_planes_round_trip_through_the_tiled_layout():
     assert operands["codes4"].shape == (2, lay.rows4 // 8, 1, 32, 4)
     back = weight_layout.unpack(operands, weight_layout.n_tiled(32), spec.g2)
     for name, bits in (("codes2", 2), ("codes4", 4)):  # planes are the words' own bytes
-        np.testing.assert_array_equal(back[name], compute_int8.byte_planes(tensors[name], bits))
+        np.testing.assert_array_equal(back[name], tir_planes.byte_planes(tensors[name], bits))
         assert back[name].reshape(-1, spec.n, 4).view(np.int32)[..., 0].tolist() == \
             tensors[name].tolist()
 
@@ -112,7 +113,7 @@ def test_plans_fit_the_layout_and_the_fields(avx2):
             assert plan.n_blk.seed in plan.n_blk.values
             for knob, bits in ((plan.m_u, 2), (plan.m_u4, 4)):
                 assert knob.seed in knob.values
-                steps = compute_int8.chunk_rows_for(spec.g1, bits) // compute_int8.STEP
+                steps = int8_dot.chunk_rows_for(spec.g1, bits) // tir_planes.STEP
                 assert all(steps % v == 0 for v in knob.values)
 
 

@@ -11,7 +11,7 @@ from qcompile import _tvm
 from qcompile.build import build_untuned
 from qcompile.errors import ArgumentError, SpecError
 from qcompile.kernels import MixedSpec, get_family
-from qcompile.kernels.mixed import layout as mixed_layout
+from qcompile.kernels.layouts import mixed as mixed_layout
 from qcompile.kernels.mixed.measure import alloc_arguments
 from qcompile.testing.kernels import relative_error
 from schedules import variants

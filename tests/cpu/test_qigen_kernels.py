@@ -12,7 +12,7 @@ from qcompile import _tvm
 from qcompile.build import build_untuned
 from qcompile.errors import ArgumentError
 from qcompile.kernels import UniformSpec, get_family
-from qcompile.kernels.uniform import layout as weight_layout
+from qcompile.kernels.layouts import uniform as weight_layout
 from qcompile.testing.kernels import relative_error
 from schedules.cpu import uniform as cpu_uniform
 from schedules.variants import compute_for

@@ -161,7 +161,7 @@ def test_tune_from_gptq_then_quantlinear_uses_the_record(avx2, tmp_path, monkeyp
 def test_int8_activations_through_quantlinear(avx2, shared_cache, name):
     """QuantLinear on the integer dot-product kernels: exact on the activations the kernel
     rounds (x quantized per group after act_order's gather), within 3e-2 of float32 x."""
-    from qcompile.kernels.uniform.compute_int8 import quantized_activations
+    from qcompile.kernels.tir.activations import quantized_activations
 
     layer = qcompile.gptq.load(DATA / name)[DOWN]
     module = QuantLinear.from_gptq(layer, db="sqlite://", on_missing="untuned",

@@ -81,7 +81,7 @@ def test_rotated_kernels_are_correct(tmp_path, threads, groups_per_block):
     by ``Kernel.prepare`` from the manifest."""
     from qcompile import _tvm
     from qcompile.build import export
-    from qcompile.kernels.bcq.compute_cuda_rotated import ROTATED_CHUNKS
+    from qcompile.kernels.layouts.bcq import ROTATED_CHUNKS
     from schedules.cuda import bcq_rotated
 
     spec = BcqSpec(k=2048, n=2048, q=3, group_size=128, mu=8)

@@ -14,11 +14,11 @@ import targets
 from qcompile import _tvm
 from qcompile.build import build, build_untuned
 from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels.layouts import uniform as layout
+from qcompile.kernels.tir.activations import quantized_activations
 from qcompile.kernels.uniform import compute_cuda_gemv_int8 as gemv
-from qcompile.kernels.uniform import layout
 from qcompile.kernels.uniform.compute_cuda_int8 import uniform_compute_cuda_int8
 from qcompile.kernels.uniform.compute_cuda_mma import uses_tensor_cores
-from qcompile.kernels.uniform.compute_int8 import quantized_activations
 from qcompile.testing.kernels import relative_error
 from qcompile.tune import tune
 from schedules.cuda import uniform_int8

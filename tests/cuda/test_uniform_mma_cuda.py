@@ -11,8 +11,8 @@ import qcompile
 import targets
 from qcompile.build import build, build_untuned
 from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels.tir.activations import quantized_activations
 from qcompile.kernels.uniform.compute_cuda_mma import uses_tensor_cores
-from qcompile.kernels.uniform.compute_int8 import quantized_activations
 from qcompile.tune import tune
 from tuning_db import Storage
 

@@ -14,7 +14,7 @@ import targets
 from qcompile import _tvm
 from qcompile.errors import SpecError
 from qcompile.kernels import UniformSpec, get_family
-from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
+from qcompile.kernels.tir.attrs import COMPUTE_ATTR
 from schedules import knobs
 from schedules.cuda import uniform
 from schedules.variants import compute_for

@@ -7,7 +7,7 @@ import pytest
 import targets
 from qcompile.errors import SpecError
 from qcompile.kernels import UniformSpec
-from qcompile.kernels.uniform.compute import fields_per_word
+from qcompile.kernels.tir.codes import fields_per_word
 from schedules import qigen_model as model
 from schedules.cpu import uniform
 from targets import host, overrides

@@ -18,9 +18,9 @@ from qcompile import _tvm
 from qcompile.errors import SpecError
 from qcompile.kernels import BcqSpec, MixedSpec, UniformSpec
 from qcompile.kernels.bcq import compute_cuda_rotated as rotated
+from qcompile.kernels.tir.attrs import compute_name
 from qcompile.kernels.uniform import compute_cuda_gemv_int8 as gemv
 from qcompile.kernels.uniform import compute_cuda_mma as mma
-from qcompile.kernels.uniform.compute_cuda import compute_name
 from qcompile.trust.traces import check_trace, policy_for
 from schedules import get_design_space
 from schedules.variants import compute_for

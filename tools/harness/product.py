@@ -12,7 +12,7 @@ import numpy as np
 
 def quantized_activations(x: np.ndarray, group_size: int) -> np.ndarray:
     """x rounded to int8 per row and K group, as the int8-activation kernels do (float64)."""
-    from qcompile.kernels.uniform.compute_int8 import quantized_activations as rounded
+    from qcompile.kernels.tir.activations import quantized_activations as rounded
 
     return rounded(x, group_size)
 

@@ -54,7 +54,7 @@ import targets
 from qcompile import _tvm
 from qcompile.cli import parse_shape
 from qcompile.kernels import MixedSpec, UniformSpec, get_family
-from qcompile.kernels.mixed import layout as weight_layout
+from qcompile.kernels.layouts import mixed as weight_layout
 from schedules.cuda import mixed as cuda_mixed
 from schedules.cuda import mixed_int8 as cuda_mixed_int8
 from schedules.variants import compute_for

@@ -13,6 +13,7 @@ from qcompile.formats.bcq import BcqTensors, from_uniform
 from qcompile.formats.gptq import GptqTensors, as_numpy
 from qcompile.kernels.base import KernelFamily, PreparedWeights
 from qcompile.kernels.bcq.spec import BcqSpec
+from qcompile.kernels.layouts import bcq as bcq_layout
 from qcompile.quantize.bcq import quantize_bcq
 from qcompile.tensors import kernel_ready
 
@@ -51,12 +52,12 @@ class BcqFamily(KernelFamily):
             return by_name
         from qcompile.kernels.bcq import compute_cuda_rotated
 
-        expected = compute_cuda_rotated.layout(spec.effective_group_size)
+        expected = bcq_layout.layout(spec.effective_group_size)
         if layout != expected:
             raise FormatError(f"{spec.name()}: unknown bcq weight layout {layout}; this spec's "
                               f"rotated layout is {expected}")
         compute_cuda_rotated.check_spec(spec)
-        planes = compute_cuda_rotated.rotate_planes(by_name["planes"], spec.effective_group_size)
+        planes = bcq_layout.rotate_planes(by_name["planes"], spec.effective_group_size)
         return {**by_name, "planes": planes}
 
     def checkpoint_tensors(self, spec: BcqSpec, *, weight=None, qweight=None, scales=None,

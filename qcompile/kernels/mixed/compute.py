@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from qcompile._tvm import T
 from qcompile.kernels.mixed.spec import MixedSpec
-from qcompile.kernels.uniform.compute import field_expr, field_scale_expr
-from qcompile.kernels.uniform.compute_cuda import magic_bits_from, magic_float
+from qcompile.kernels.tir.codes import field_expr, field_scale_expr
+from qcompile.kernels.tir.magic import magic_bits_from, magic_float
 
 
 def field_scale_cuda(k, bits: int):
@@ -101,6 +101,40 @@ def finish_block():
     return finish
 
 
+def mixed_function(spec: MixedSpec, codes2, codes4, attrs: dict, body):
+    """The PrimFunc over the family's operands, formats/mixed.py's in their order: x float32
+    [M, K], order, codes2, meta2, scale2, zero2, codes4, scales4, zeros4, the CSR outliers
+    (row_ptr, cols, values), y float32 [M, N]. ``codes2`` and ``codes4`` are ``(shape,
+    dtype)``: how each compute reads the format's words. ``body`` is a TIR macro over those
+    thirteen buffers, in that order, that allocates its own buffers and writes y."""
+    lay = spec.layout
+    M, K, N = spec.m, spec.k, spec.n
+    G, G2, H, C, g2 = lay.groups, lay.groups2, lay.scale_groups4, lay.capacity, lay.g2
+    (shape2, dtype2), (shape4, dtype4) = codes2, codes4
+
+    @T.prim_func(s_tir=True)
+    def mixed_gemm(
+        x: T.Buffer((M, K), "float32"),
+        order: T.Buffer((G,), "int32"),
+        codes2: T.Buffer(shape2, dtype2),
+        meta2: T.Buffer((G2, N), "uint8"),
+        scale2: T.Buffer((G2, N // g2), "float16"),
+        zero2: T.Buffer((G2, N // g2), "uint8"),
+        codes4: T.Buffer(shape4, dtype4),
+        scales4: T.Buffer((H, N), "float16"),
+        zeros4: T.Buffer((H, N), "uint8"),
+        row_ptr: T.Buffer((N + 1,), "int32"),
+        cols: T.Buffer((C,), "uint16"),
+        values: T.Buffer((C,), "float16"),
+        y: T.Buffer((M, N), "float32"),
+    ):
+        T.func_attr(attrs)
+        body(x, order, codes2, meta2, scale2, zero2, codes4, scales4, zeros4, row_ptr, cols,
+             values, y)
+
+    return mixed_gemm
+
+
 def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
     """The PrimFunc for ``spec`` (symbol ``spec.name()``, spec JSON in its attributes).
 
@@ -125,7 +159,7 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
         return value * field_scale_cuda(k, bits) if cuda else value
     lay = spec.layout
     M, K, N = spec.m, spec.k, spec.n
-    G, G2, H = lay.groups, lay.groups2, lay.scale_groups4
+    G2, H = lay.groups2, lay.scale_groups4
     K2, K4, C = lay.rows2, lay.rows4, lay.capacity
     g1, g2, g4 = lay.g1, lay.g2, lay.g4
     # The 4-bit part's dot products and x sums run over H1 groups of r1 rows: its scale groups
@@ -139,23 +173,9 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
     attrs = spec.func_attrs()
     scale1, finish = scale1_block(), finish_block()
 
-    @T.prim_func(s_tir=True)
-    def mixed_gemm(
-        x: T.Buffer((M, K), "float32"),
-        order: T.Buffer((G,), "int32"),
-        codes2: T.Buffer((K2 // 16, N), "int32"),
-        meta2: T.Buffer((G2, N), "uint8"),
-        scale2: T.Buffer((G2, N // g2), "float16"),
-        zero2: T.Buffer((G2, N // g2), "uint8"),
-        codes4: T.Buffer((K4 // 8, N), "int32"),
-        scales4: T.Buffer((H, N), "float16"),
-        zeros4: T.Buffer((H, N), "uint8"),
-        row_ptr: T.Buffer((N + 1,), "int32"),
-        cols: T.Buffer((C,), "uint16"),
-        values: T.Buffer((C,), "float16"),
-        y: T.Buffer((M, N), "float32"),
-    ):
-        T.func_attr(attrs)
+    @T.macro
+    def body(x, order, codes2, meta2, scale2, zero2, codes4, scales4, zeros4, row_ptr, cols,
+             values, y):
         x2 = T.sblock_alloc_buffer((M, K2), "float32")
         xs2 = T.sblock_alloc_buffer((M, G2), "float32")
         dot2 = T.sblock_alloc_buffer((M, G2, N), "float32")
@@ -223,4 +243,4 @@ def mixed_compute(spec: MixedSpec, target_kind: str = "cpu"):
                     - T.Cast("float32", zeros4[scale_group(vh), vn]) * xs4[vm, vh])
         finish(y, y2, y4, x, row_ptr, cols, values, M, N, K, C)
 
-    return mixed_gemm
+    return mixed_function(spec, ((K2 // 16, N), "int32"), ((K4 // 8, N), "int32"), attrs, body)

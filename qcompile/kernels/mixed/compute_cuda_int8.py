@@ -52,17 +52,12 @@ planes at P = 1, read as words: layout ``plane_words``), then y float32 [M, N].
 from __future__ import annotations
 
 from qcompile._tvm import T
-from qcompile.kernels.mixed.compute import finish_block
+from qcompile.kernels.mixed.compute import finish_block, mixed_function
 from qcompile.kernels.mixed.spec import MixedSpec
-from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
-from qcompile.kernels.uniform.compute_cuda_int8 import (
-    code_word,
-    dp4a,
-    quantize_x_blocks,
-    quantized,
-    steps_per_unit,
-)
-from qcompile.kernels.uniform.compute_int8 import STEP, storage_to_row, unit_rows
+from qcompile.kernels.tir.activations import quantize_x_blocks, quantized
+from qcompile.kernels.tir.attrs import COMPUTE_ATTR
+from qcompile.kernels.tir.int8_dot import code_word, dp4a, steps_per_unit
+from qcompile.kernels.tir.planes import STEP, storage_to_row, unit_rows
 
 COMPUTE_NAME = "mixed.cuda_int8.v1"
 
@@ -107,7 +102,7 @@ def mixed_compute_cuda_int8(spec: MixedSpec, portable: bool = False):
     also builds and runs on a CPU, for tests."""
     lay = spec.layout
     M, K, N = spec.m, spec.k, spec.n
-    G, G2, G4, H = lay.groups, lay.groups2, lay.groups4, lay.scale_groups4
+    G, G2, G4 = lay.groups, lay.groups2, lay.groups4
     K2, K4, C = lay.rows2, lay.rows4, lay.capacity
     g1, g2 = lay.g1, lay.g2
     per4 = lay.g4 // g1
@@ -127,23 +122,9 @@ def mixed_compute_cuda_int8(spec: MixedSpec, portable: bool = False):
     group_dot2, group_dot4 = dp4a_group_dot(M, N, words, portable), dp4a_group_dot(
         M, N, words, portable)
 
-    @T.prim_func(s_tir=True)
-    def mixed_gemm_cuda_int8(
-        x: T.Buffer((M, K), "float32"),
-        order: T.Buffer((G,), "int32"),
-        codes2: T.Buffer((U2, 1, N), "int32"),
-        meta2: T.Buffer((G2, N), "uint8"),
-        scale2: T.Buffer((G2, N // g2), "float16"),
-        zero2: T.Buffer((G2, N // g2), "uint8"),
-        codes4: T.Buffer((U4, 1, N), "int32"),
-        scales4: T.Buffer((H, N), "float16"),
-        zeros4: T.Buffer((H, N), "uint8"),
-        row_ptr: T.Buffer((N + 1,), "int32"),
-        cols: T.Buffer((C,), "uint16"),
-        values: T.Buffer((C,), "float16"),
-        y: T.Buffer((M, N), "float32"),
-    ):
-        T.func_attr(attrs)
+    @T.macro
+    def body(x, order, codes2, meta2, scale2, zero2, codes4, scales4, zeros4, row_ptr, cols,
+             values, y):
         x_amax = T.sblock_alloc_buffer((M, G), "float32")
         x_inverse = T.sblock_alloc_buffer((M, G), "float32")
         xq_words = T.sblock_alloc_buffer((M, G * words), "int32")
@@ -180,4 +161,4 @@ def mixed_compute_cuda_int8(spec: MixedSpec, portable: bool = False):
                         "int32", zeros4[vs // per4, vn]) * xq_sum[vm, G2 + vs])
         finish(y, y2, y4, x, row_ptr, cols, values, M, N, K, C)
 
-    return mixed_gemm_cuda_int8
+    return mixed_function(spec, ((U2, 1, N), "int32"), ((U4, 1, N), "int32"), attrs, body)

@@ -39,18 +39,11 @@ as byte planes), then y float32 [M, N].
 from __future__ import annotations
 
 from qcompile._tvm import T
-from qcompile.kernels.mixed.compute import finish_block, scale1_block
+from qcompile.kernels.mixed.compute import finish_block, mixed_function, scale1_block
 from qcompile.kernels.mixed.spec import MixedSpec
-from qcompile.kernels.uniform.compute_int8 import (
-    STEP,
-    X_LEVELS,
-    byte_planes,
-    chunk_rows_for,
-    code_expr,
-    integer_group_dot,
-    storage_to_row,
-    unit_rows,
-)
+from qcompile.kernels.tir.activations import X_LEVELS
+from qcompile.kernels.tir.int8_dot import chunk_rows_for, integer_group_dot
+from qcompile.kernels.tir.planes import STEP, byte_planes, code_expr, storage_to_row, unit_rows
 
 
 def input_column(order, position, first_group: int, g1: int, bits: int):
@@ -97,7 +90,7 @@ def mixed_compute_int8(spec: MixedSpec):
     """The PrimFunc for an ``int8_activations`` spec (symbol ``spec.name()``)."""
     lay = spec.layout
     M, K, N = spec.m, spec.k, spec.n
-    G, G2, G4, H = lay.groups, lay.groups2, lay.groups4, lay.scale_groups4
+    G, G2, G4 = lay.groups, lay.groups2, lay.groups4
     K2, K4, C = lay.rows2, lay.rows4, lay.capacity
     g1, g2 = lay.g1, lay.g2
     per4 = lay.g4 // g1
@@ -110,23 +103,9 @@ def mixed_compute_int8(spec: MixedSpec):
     group_dot2, group_dot4 = integer_group_dot(), integer_group_dot()
     scale1, finish = scale1_block(), finish_block()
 
-    @T.prim_func(s_tir=True)
-    def mixed_gemm_int8(
-        x: T.Buffer((M, K), "float32"),
-        order: T.Buffer((G,), "int32"),
-        codes2: T.Buffer((U2, 1, N, STEP), "uint8"),
-        meta2: T.Buffer((G2, N), "uint8"),
-        scale2: T.Buffer((G2, N // g2), "float16"),
-        zero2: T.Buffer((G2, N // g2), "uint8"),
-        codes4: T.Buffer((U4, 1, N, STEP), "uint8"),
-        scales4: T.Buffer((H, N), "float16"),
-        zeros4: T.Buffer((H, N), "uint8"),
-        row_ptr: T.Buffer((N + 1,), "int32"),
-        cols: T.Buffer((C,), "uint16"),
-        values: T.Buffer((C,), "float16"),
-        y: T.Buffer((M, N), "float32"),
-    ):
-        T.func_attr(attrs)
+    @T.macro
+    def body(x, order, codes2, meta2, scale2, zero2, codes4, scales4, zeros4, row_ptr, cols,
+             values, y):
         x_amax = T.sblock_alloc_buffer((M, G), "float32")
         xq2 = T.sblock_alloc_buffer((M, K2), "int8")
         xq4 = T.sblock_alloc_buffer((M, K4), "int8")
@@ -174,7 +153,8 @@ def mixed_compute_int8(spec: MixedSpec):
                     * T.Cast("float32", xq_sum4[vm, vs]))
         finish(y, y2, y4, x, row_ptr, cols, values, M, N, K, C)
 
-    return mixed_gemm_int8
+    return mixed_function(spec, ((U2, 1, N, STEP), "uint8"), ((U4, 1, N, STEP), "uint8"), attrs,
+                          body)
 
 
 def byte_plane_operands(tensors: dict) -> dict:

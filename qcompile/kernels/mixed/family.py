@@ -10,7 +10,7 @@ import numpy as np
 from qcompile.errors import FormatError
 from qcompile.formats.mixed import MixedTensors, storage_rows
 from qcompile.kernels.base import KernelFamily, PreparedWeights
-from qcompile.kernels.mixed import layout as weight_layout
+from qcompile.kernels.layouts import mixed as weight_layout
 from qcompile.kernels.mixed.spec import MixedSpec
 from qcompile.quantize.hessian import DAMP
 from qcompile.quantize.mixed import quantize
@@ -82,7 +82,7 @@ class MixedFamily(KernelFamily):
             Cholesky damping as a share of mean(diag H) (default 0.01).
         layout : dict, optional
             The weight layout the kernel reads (its manifest's ``layout``, see
-            kernels/mixed/layout.py); None keeps the format's layout.
+            kernels/layouts/mixed.py); None keeps the format's layout.
         **arrays
             Without ``weight``: the format's arrays (formats/mixed.py), as numpy or torch.
 
@@ -130,7 +130,7 @@ class MixedFamily(KernelFamily):
     def kernel_operands(self, spec: MixedSpec, arrays: dict, layout: dict | None) -> dict:
         """The format's arrays (numpy or torch, the format's layout) -> the kernel's operands:
         for an ``int8_activations`` spec the codes as byte planes (compute_int8.py), then
-        packed into ``layout`` (kernels/mixed/layout.py)."""
+        packed into ``layout`` (kernels/layouts/mixed.py)."""
         if spec.int8_activations:
             from qcompile.kernels.mixed.compute_int8 import byte_plane_operands
 
@@ -201,7 +201,7 @@ class MixedFamily(KernelFamily):
         and g1-group (uniform.compute_int8.quantized_activations) and the outliers by x."""
         if not spec.int8_activations:
             return self.reference(spec, x, **arrays)
-        from qcompile.kernels.uniform.compute_int8 import quantized_activations
+        from qcompile.kernels.tir.activations import quantized_activations
 
         tensors = self.checkpoint_tensors(spec, **arrays)
         x = np.asarray(x, dtype=np.float32)

@@ -24,7 +24,7 @@ def alloc_arguments(spec_json: str, device, args_info, alloc_repeat: int):
 
     from qcompile import _tvm
     from qcompile.kernels import get_family, spec_from_dict  # imports this module: a cycle
-    from qcompile.kernels.mixed import layout as weight_layout  # with the line above
+    from qcompile.kernels.layouts import mixed as weight_layout  # with the line above
 
     spec = spec_from_dict(json.loads(spec_json))
     family = get_family(spec.family)

@@ -32,56 +32,8 @@ y          float32   [M, N]              output
 from __future__ import annotations
 
 from qcompile._tvm import T
+from qcompile.kernels.tir.codes import field_expr, field_scale_expr
 from qcompile.kernels.uniform.spec import UniformSpec
-
-
-def fields_per_word(bits: int) -> int:
-    """Codes decoded per packed unit along K: 32/bits, or 32 for the 3-word 3-bit block."""
-    return 32 if bits == 3 else 32 // bits
-
-
-def code3_expr(qweight, k, n):
-    """uint32 expression for the 3-bit code q[k, n] (0..7) of a 96-bit, 3-word block.
-
-    The 32 values of a block live in three words as one bit stream; the next word of the same
-    block is always OR-ed in (shifted left by 32 - s in two steps, as a shift by 32 is
-    undefined), and its bits land above the mask unless the value straddles.
-    """
-    base = k // 32 * 3
-    offset = k % 32 * 3
-    word = base + offset // 32
-    shift = T.Cast("uint32", offset % 32)
-    low = T.shift_right(T.Cast("uint32", qweight[word, n]), shift)
-    nxt = T.Cast("uint32", qweight[T.min(word + 1, base + 2), n])
-    high = T.shift_left(T.shift_left(nxt, T.uint32(1)), T.uint32(31) - shift)
-    return T.bitwise_and(T.bitwise_or(low, high), T.uint32(7))
-
-
-def field_expr(qweight, k, n, bits: int):
-    """float32 expression for code q[k, n] times ``2**(bits * j)`` (j = k's field in its word).
-
-    Words are read as uint32 so right shifts are logical; 3-bit codes come from
-    :func:`code3_expr`. The field scale is 1 for 3 bits and for the top field of a word.
-    """
-    mask = (1 << bits) - 1
-    if bits == 3:
-        return T.Cast("float32", T.Cast("int32", code3_expr(qweight, k, n)))
-    per_word = 32 // bits
-    j = k % per_word
-    word = T.Cast("uint32", qweight[k // per_word, n])
-    in_place = T.bitwise_and(word, T.shift_left(T.uint32(mask), T.Cast("uint32", j * bits)))
-    top = T.shift_right(word, T.uint32(32 - bits))
-    return T.Cast("float32", T.Cast("int32", T.Select(j == per_word - 1, top, in_place)))
-
-
-def field_scale_expr(k, bits: int):
-    """``2**-(bits * j)`` for k's field j (1 for the top field and for 3 bits), as float32."""
-    if bits == 3:
-        return T.float32(1)
-    per_word = 32 // bits
-    j = k % per_word
-    exponent_bits = T.Cast("int32", 127 - j * bits) * T.int32(1 << 23)  # IEEE-754 2**-(b*j)
-    return T.Select(j == per_word - 1, T.float32(1), T.reinterpret("float32", exponent_bits))
 
 
 def uniform_compute(spec: UniformSpec):
@@ -93,117 +45,16 @@ def uniform_compute(spec: UniformSpec):
     gather ``x[:, perm]`` is fused into the same two reads. The float32 sequential kernel is
     exactly the TensorIR of compute version 1.
     """
-    if spec.act_order:
-        return _gather_compute(spec)
-    if spec.dtype != "float32":
-        return _cast_compute(spec)
-    return _float32_compute(spec)
-
-
-def _float32_compute(spec: UniformSpec):
+    widened = spec.act_order or spec.dtype != "float32"
+    blocks = _gemm_blocks(spec, widened)
     M, K, N, G = spec.m, spec.k, spec.n, spec.groups
-    rows, bits, gsize = spec.packed_rows, spec.bits, spec.effective_group_size
-    attrs = spec.func_attrs()
+    rows, dtype, attrs = spec.packed_rows, spec.dtype, spec.func_attrs()
+    if not spec.act_order:
+        return uniform_function(m=M, k=K, n=N, groups=G, rows=rows, dtype=dtype, attrs=attrs,
+                                body=blocks)
 
     @T.prim_func(s_tir=True)
-    def uniform_gemm(
-        x: T.Buffer((M, K), "float32"),
-        qweight: T.Buffer((rows, N), "int32"),
-        scales: T.Buffer((G, N), "float16"),
-        zeros: T.Buffer((G, N), "uint8"),
-        y: T.Buffer((M, N), "float32"),
-    ):
-        T.func_attr(attrs)
-        x_field = T.sblock_alloc_buffer((M, K), "float32")
-        x_sum = T.sblock_alloc_buffer((M, G), "float32")
-        dot = T.sblock_alloc_buffer((M, G, N), "float32")
-        for m, k in T.grid(M, K):
-            with T.sblock("scale_x"):
-                vm, vk = T.axis.remap("SS", [m, k])
-                x_field[vm, vk] = x[vm, vk] * field_scale_expr(vk, bits)
-        for m, g, r in T.grid(M, G, gsize):
-            with T.sblock("group_sum"):
-                vm, vg, vr = T.axis.remap("SSR", [m, g, r])
-                with T.init():
-                    x_sum[vm, vg] = T.float32(0)
-                x_sum[vm, vg] = x_sum[vm, vg] + x[vm, vg * gsize + vr]
-        for m, g, n, r in T.grid(M, G, N, gsize):
-            with T.sblock("group_dot"):
-                vm, vg, vn, vr = T.axis.remap("SSSR", [m, g, n, r])
-                with T.init():
-                    dot[vm, vg, vn] = T.float32(0)
-                dot[vm, vg, vn] = dot[vm, vg, vn] + x_field[vm, vg * gsize + vr] * field_expr(
-                    qweight, vg * gsize + vr, vn, bits)
-        for m, n, g in T.grid(M, N, G):
-            with T.sblock("combine"):
-                vm, vn, vg = T.axis.remap("SSR", [m, n, g])
-                with T.init():
-                    y[vm, vn] = T.float32(0)
-                y[vm, vn] = y[vm, vn] + T.Cast("float32", scales[vg, vn]) * (
-                    dot[vm, vg, vn] - T.Cast("float32", zeros[vg, vn]) * x_sum[vm, vg])
-
-    return uniform_gemm
-
-
-def _cast_compute(spec: UniformSpec):
-    """float16/bfloat16 activations and output, float32 inside."""
-    M, K, N, G = spec.m, spec.k, spec.n, spec.groups
-    rows, bits, gsize, dtype = spec.packed_rows, spec.bits, spec.effective_group_size, spec.dtype
-    attrs = spec.func_attrs()
-
-    @T.prim_func(s_tir=True)
-    def uniform_gemm(
-        x: T.Buffer((M, K), dtype),
-        qweight: T.Buffer((rows, N), "int32"),
-        scales: T.Buffer((G, N), "float16"),
-        zeros: T.Buffer((G, N), "uint8"),
-        y: T.Buffer((M, N), dtype),
-    ):
-        T.func_attr(attrs)
-        x_field = T.sblock_alloc_buffer((M, K), "float32")
-        x_sum = T.sblock_alloc_buffer((M, G), "float32")
-        dot = T.sblock_alloc_buffer((M, G, N), "float32")
-        y_acc = T.sblock_alloc_buffer((M, N), "float32")
-        for m, k in T.grid(M, K):
-            with T.sblock("scale_x"):
-                vm, vk = T.axis.remap("SS", [m, k])
-                x_field[vm, vk] = T.Cast("float32", x[vm, vk]) * field_scale_expr(vk, bits)
-        for m, g, r in T.grid(M, G, gsize):
-            with T.sblock("group_sum"):
-                vm, vg, vr = T.axis.remap("SSR", [m, g, r])
-                with T.init():
-                    x_sum[vm, vg] = T.float32(0)
-                x_sum[vm, vg] = x_sum[vm, vg] + T.Cast("float32", x[vm, vg * gsize + vr])
-        for m, g, n, r in T.grid(M, G, N, gsize):
-            with T.sblock("group_dot"):
-                vm, vg, vn, vr = T.axis.remap("SSSR", [m, g, n, r])
-                with T.init():
-                    dot[vm, vg, vn] = T.float32(0)
-                dot[vm, vg, vn] = dot[vm, vg, vn] + x_field[vm, vg * gsize + vr] * field_expr(
-                    qweight, vg * gsize + vr, vn, bits)
-        for m, n, g in T.grid(M, N, G):
-            with T.sblock("combine"):
-                vm, vn, vg = T.axis.remap("SSR", [m, n, g])
-                with T.init():
-                    y_acc[vm, vn] = T.float32(0)
-                y_acc[vm, vn] = y_acc[vm, vn] + T.Cast("float32", scales[vg, vn]) * (
-                    dot[vm, vg, vn] - T.Cast("float32", zeros[vg, vn]) * x_sum[vm, vg])
-        for m, n in T.grid(M, N):
-            with T.sblock("cast_y"):
-                vm, vn = T.axis.remap("SS", [m, n])
-                y[vm, vn] = T.Cast(dtype, y_acc[vm, vn])
-
-    return uniform_gemm
-
-
-def _gather_compute(spec: UniformSpec):
-    """act_order with the gather fused: x is read at ``perm[k]`` (any activation dtype)."""
-    M, K, N, G = spec.m, spec.k, spec.n, spec.groups
-    rows, bits, gsize, dtype = spec.packed_rows, spec.bits, spec.effective_group_size, spec.dtype
-    attrs = spec.func_attrs()
-
-    @T.prim_func(s_tir=True)
-    def uniform_gemm(
+    def uniform_gemm_gather(
         x: T.Buffer((M, K), dtype),
         qweight: T.Buffer((rows, N), "int32"),
         scales: T.Buffer((G, N), "float16"),
@@ -212,20 +63,64 @@ def _gather_compute(spec: UniformSpec):
         y: T.Buffer((M, N), dtype),
     ):
         T.func_attr(attrs)
+        blocks(x, qweight, scales, zeros, y, perm)
+
+    return uniform_gemm_gather
+
+
+def uniform_function(*, m: int, k: int, n: int, groups: int, rows: int, dtype: str,
+                     attrs: dict, body):
+    """The PrimFunc over the family's operands without act_order (x and y of ``dtype``, qweight
+    int32 [rows, N], scales float16 and zeros uint8 [G, N]); ``body`` is a TIR macro ``(x,
+    qweight, scales, zeros, y)`` that allocates its own buffers and writes y. The CPU and CUDA
+    computes share it."""
+    M, K, N, G = m, k, n, groups
+
+    @T.prim_func(s_tir=True)
+    def uniform_gemm(
+        x: T.Buffer((M, K), dtype),
+        qweight: T.Buffer((rows, N), "int32"),
+        scales: T.Buffer((G, N), "float16"),
+        zeros: T.Buffer((G, N), "uint8"),
+        y: T.Buffer((M, N), dtype),
+    ):
+        T.func_attr(attrs)
+        body(x, qweight, scales, zeros, y)
+
+    return uniform_gemm
+
+
+def _gemm_blocks(spec: UniformSpec, widened: bool):
+    """A TIR macro ``(x, qweight, scales, zeros, y, perm=None)``: the buffers and blocks of
+    :func:`uniform_compute`. ``perm`` is None, or act_order's permutation (x is read at
+    ``perm[k]``); ``widened`` (act_order, or activations not float32): x is converted to float32
+    where it is read, and ``combine`` accumulates into ``y_acc``, which ``cast_y`` stores."""
+    M, K, N, G = spec.m, spec.k, spec.n, spec.groups
+    bits, gsize, dtype = spec.bits, spec.effective_group_size, spec.dtype
+
+    def read_x(x, perm, m, k):
+        value = x[m, k] if perm is None else x[m, perm[k]]
+        return T.Cast("float32", value) if widened else value
+
+    @T.macro
+    def blocks(x, qweight, scales, zeros, y, perm=None):
         x_field = T.sblock_alloc_buffer((M, K), "float32")
         x_sum = T.sblock_alloc_buffer((M, G), "float32")
         dot = T.sblock_alloc_buffer((M, G, N), "float32")
-        y_acc = T.sblock_alloc_buffer((M, N), "float32")
+        if widened:
+            y_acc = T.sblock_alloc_buffer((M, N), "float32")
+        else:
+            y_acc = T.meta_var(y)  # y itself, not renamed
         for m, k in T.grid(M, K):
             with T.sblock("scale_x"):
                 vm, vk = T.axis.remap("SS", [m, k])
-                x_field[vm, vk] = T.Cast("float32", x[vm, perm[vk]]) * field_scale_expr(vk, bits)
+                x_field[vm, vk] = read_x(x, perm, vm, vk) * field_scale_expr(vk, bits)
         for m, g, r in T.grid(M, G, gsize):
             with T.sblock("group_sum"):
                 vm, vg, vr = T.axis.remap("SSR", [m, g, r])
                 with T.init():
                     x_sum[vm, vg] = T.float32(0)
-                x_sum[vm, vg] = x_sum[vm, vg] + T.Cast("float32", x[vm, perm[vg * gsize + vr]])
+                x_sum[vm, vg] = x_sum[vm, vg] + read_x(x, perm, vm, vg * gsize + vr)
         for m, g, n, r in T.grid(M, G, N, gsize):
             with T.sblock("group_dot"):
                 vm, vg, vn, vr = T.axis.remap("SSSR", [m, g, n, r])
@@ -240,9 +135,10 @@ def _gather_compute(spec: UniformSpec):
                     y_acc[vm, vn] = T.float32(0)
                 y_acc[vm, vn] = y_acc[vm, vn] + T.Cast("float32", scales[vg, vn]) * (
                     dot[vm, vg, vn] - T.Cast("float32", zeros[vg, vn]) * x_sum[vm, vg])
-        for m, n in T.grid(M, N):
-            with T.sblock("cast_y"):
-                vm, vn = T.axis.remap("SS", [m, n])
-                y[vm, vn] = T.Cast(dtype, y_acc[vm, vn])
+        if widened:
+            for m, n in T.grid(M, N):
+                with T.sblock("cast_y"):
+                    vm, vn = T.axis.remap("SS", [m, n])
+                    y[vm, vn] = T.Cast(dtype, y_acc[vm, vn])
 
-    return uniform_gemm
+    return blocks

@@ -48,21 +48,14 @@ from __future__ import annotations
 
 from qcompile._tvm import T
 from qcompile.errors import SpecError
-from qcompile.kernels.uniform.compute import code3_expr
+from qcompile.kernels.tir.attrs import COMPUTE_ATTR
+from qcompile.kernels.tir.codes import code3_expr
+from qcompile.kernels.tir.magic import MAGIC, magic_bits_from, magic_float
+from qcompile.kernels.uniform.compute import uniform_function
 from qcompile.kernels.uniform.spec import UniformSpec
 
-#: float32 bit pattern of 2**23: OR-ing a value below 2**23 into its mantissa gives 2**23 + value.
-MAGIC_BITS = 0x4B000000
-MAGIC = 8388608.0  # 2**23
-
 #: Marks the PrimFunc as this factorisation (a workload names its compute; see tuning_db).
-COMPUTE_ATTR = "qcompile.compute"
 COMPUTE_NAME = "uniform.cuda.v2"
-
-
-def compute_name(func) -> str:
-    """The compute a PrimFunc is (its :data:`COMPUTE_ATTR`), or "" when it names none."""
-    return str(func.attrs.get(COMPUTE_ATTR, "")) if func.attrs is not None else ""
 
 
 def fields_per_half(bits: int) -> int:
@@ -111,24 +104,6 @@ def code_bits_in_place(qweight, k, n, bits: int):
     return T.bitwise_and(part, mask)
 
 
-def magic_float(bits_expr, magic_bits):
-    """float32 ``2**23 + v`` for a uint32 expression ``v < 2**23`` (one OR, no conversion);
-    ``magic_bits`` is an expression equal to :data:`MAGIC_BITS` (:func:`magic_bits_from`)."""
-    return T.reinterpret("float32", T.bitwise_or(bits_expr, magic_bits))
-
-
-def magic_bits_from(value):
-    """uint32 :data:`MAGIC_BITS`, computed from a float32 ``value`` in [0, 2**23): the smaller
-    of the bits of ``2**23 + value`` (0x4B000000 and up) and 0x4B000000.
-
-    Why not the constant: a LOP3 takes one immediate, so ``(word & mask) | 0x4B000000`` with two
-    immediates costs ptxas two LOP3s per code. Computed from data (neither TVM nor ptxas can
-    fold it; an AND of the exponent bits ptxas would merge back into every LOP3), the magic
-    sits in a register once per group and column, and mask and OR become one LOP3.
-    """
-    return T.min(T.reinterpret("uint32", T.float32(MAGIC) + value), T.uint32(MAGIC_BITS))
-
-
 def code_minus_zero(qweight, zeros, g, k, n, bits: int):
     """float32 ``(q[k, n] - z[g, n]) * 2**(bits * j')``, exact, without an int->float convert."""
     if bits == 3:
@@ -161,54 +136,23 @@ def uniform_compute_cuda_for(*, m: int, k: int, n: int, groups: int, rows: int, 
     M, K, N, G, gsize = m, k, n, groups, group_size
     attrs = {**attrs, COMPUTE_ATTR: COMPUTE_NAME}
 
-    if dtype == "float32":
-        @T.prim_func(s_tir=True)
-        def uniform_gemm_cuda(
-            x: T.Buffer((M, K), "float32"),
-            qweight: T.Buffer((rows, N), "int32"),
-            scales: T.Buffer((G, N), "float16"),
-            zeros: T.Buffer((G, N), "uint8"),
-            y: T.Buffer((M, N), "float32"),
-        ):
-            T.func_attr(attrs)
-            x_field = T.sblock_alloc_buffer((M, K), "float32")
-            dot = T.sblock_alloc_buffer((M, G, N), "float32")
-            for vm, vk in T.grid(M, K):
-                with T.sblock("scale_x"):
-                    im, ik = T.axis.remap("SS", [vm, vk])
-                    x_field[im, ik] = x[im, ik] * x_field_scale(ik, bits)
-            for vm, vg, vn, vr in T.grid(M, G, N, gsize):
-                with T.sblock("group_dot"):
-                    im, ig, i_n, ir = T.axis.remap("SSSR", [vm, vg, vn, vr])
-                    with T.init():
-                        dot[im, ig, i_n] = T.float32(0)
-                    dot[im, ig, i_n] = dot[im, ig, i_n] + x_field[im, ig * gsize + ir] * (
-                        code_minus_zero(qweight, zeros, ig, ig * gsize + ir, i_n, bits))
-            for vm, vn, vg in T.grid(M, N, G):
-                with T.sblock("combine"):
-                    im, i_n, ig = T.axis.remap("SSR", [vm, vn, vg])
-                    with T.init():
-                        y[im, i_n] = T.float32(0)
-                    y[im, i_n] = y[im, i_n] + T.Cast("float32", scales[ig, i_n]) * dot[im, ig, i_n]
+    widened = dtype != "float32"  # float32 inside: convert x, accumulate in y_acc, store y
 
-        return uniform_gemm_cuda
+    def read_x(value):
+        return T.Cast("float32", value) if widened else value
 
-    @T.prim_func(s_tir=True)
-    def uniform_gemm_cuda_cast(
-        x: T.Buffer((M, K), dtype),
-        qweight: T.Buffer((rows, N), "int32"),
-        scales: T.Buffer((G, N), "float16"),
-        zeros: T.Buffer((G, N), "uint8"),
-        y: T.Buffer((M, N), dtype),
-    ):
-        T.func_attr(attrs)
+    @T.macro
+    def body(x, qweight, scales, zeros, y):
         x_field = T.sblock_alloc_buffer((M, K), "float32")
         dot = T.sblock_alloc_buffer((M, G, N), "float32")
-        y_acc = T.sblock_alloc_buffer((M, N), "float32")
+        if widened:
+            y_acc = T.sblock_alloc_buffer((M, N), "float32")
+        else:
+            y_acc = T.meta_var(y)  # y itself, not renamed
         for vm, vk in T.grid(M, K):
             with T.sblock("scale_x"):
                 im, ik = T.axis.remap("SS", [vm, vk])
-                x_field[im, ik] = T.Cast("float32", x[im, ik]) * x_field_scale(ik, bits)
+                x_field[im, ik] = read_x(x[im, ik]) * x_field_scale(ik, bits)
         for vm, vg, vn, vr in T.grid(M, G, N, gsize):
             with T.sblock("group_dot"):
                 im, ig, i_n, ir = T.axis.remap("SSSR", [vm, vg, vn, vr])
@@ -223,9 +167,11 @@ def uniform_compute_cuda_for(*, m: int, k: int, n: int, groups: int, rows: int, 
                     y_acc[im, i_n] = T.float32(0)
                 y_acc[im, i_n] = y_acc[im, i_n] + T.Cast("float32", scales[ig, i_n]) * (
                     dot[im, ig, i_n])
-        for vm, vn in T.grid(M, N):
-            with T.sblock("store"):
-                im, i_n = T.axis.remap("SS", [vm, vn])
-                y[im, i_n] = T.Cast(dtype, y_acc[im, i_n])
+        if widened:
+            for vm, vn in T.grid(M, N):
+                with T.sblock("store"):
+                    im, i_n = T.axis.remap("SS", [vm, vn])
+                    y[im, i_n] = T.Cast(dtype, y_acc[im, i_n])
 
-    return uniform_gemm_cuda_cast
+    return uniform_function(m=M, k=K, n=N, groups=G, rows=rows, dtype=dtype, attrs=attrs,
+                            body=body)

@@ -50,17 +50,10 @@ from __future__ import annotations
 
 from qcompile._tvm import T
 from qcompile.errors import SpecError
-from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
-from qcompile.kernels.uniform.compute_cuda_int8 import (
-    dp4a,
-    inverse_of,
-    packed_word,
-    quantized,
-    step_codes,
-    step_of,
-    steps_per_unit,
-)
-from qcompile.kernels.uniform.compute_int8 import STEP, storage_to_row, unit_rows
+from qcompile.kernels.tir.activations import inverse_of, packed_word, quantized, step_of
+from qcompile.kernels.tir.attrs import COMPUTE_ATTR
+from qcompile.kernels.tir.int8_dot import dp4a, step_codes, steps_per_unit
+from qcompile.kernels.tir.planes import STEP, storage_to_row, unit_rows
 from qcompile.kernels.uniform.spec import UniformSpec
 
 COMPUTE_NAME = "uniform.cuda_gemv_int8.v1"

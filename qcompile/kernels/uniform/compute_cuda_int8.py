@@ -46,98 +46,13 @@ y          float32     [M, N]              output
 from __future__ import annotations
 
 from qcompile._tvm import T
-from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
-from qcompile.kernels.uniform.compute_int8 import (
-    STEP,
-    X_LEVELS,
-    planes,
-    storage_to_row,
-    unit_rows,
-)
+from qcompile.kernels.tir.activations import packed_word, quantize_x_blocks, quantized
+from qcompile.kernels.tir.attrs import COMPUTE_ATTR
+from qcompile.kernels.tir.int8_dot import code_word, dp4a, steps_per_unit
+from qcompile.kernels.tir.planes import STEP, planes, storage_to_row, unit_rows
 from qcompile.kernels.uniform.spec import UniformSpec
 
 COMPUTE_NAME = "uniform.cuda_int8.v1"
-
-
-def steps_per_unit(bits: int) -> int:
-    """dp4a steps (4 codes each) per unit of K: 2 at 4 bits, 4 at 2 bits, 8 at 3 bits."""
-    return unit_rows(bits) // STEP
-
-
-def code_word(qweight, unit, step, n, bits: int):
-    """int32 with the 4 codes of ``step`` of ``unit`` (column n), one per byte."""
-    if bits == 3:
-        plane, field = step // 4, step % 4
-        low = T.bitwise_and(T.shift_right(qweight[unit, plane, n], T.Cast("int32", field * 2)),
-                            T.int32(0x03030303))
-        # The high bit of the same 4 codes sits at bit 4*plane + field of each byte of plane 2.
-        high = T.bitwise_and(T.shift_right(qweight[unit, 2, n], T.Cast("int32", plane * 4 + field)),
-                             T.int32(0x01010101))
-        return T.bitwise_or(low, T.shift_left(high, T.int32(2)))
-    return step_codes(qweight[unit, 0, n], step, bits)
-
-
-def step_codes(word, step, bits: int):
-    """int32 with the 4 codes of dp4a step ``step`` of a packed 2- or 4-bit ``word``, one per
-    byte: ``(word >> step * bits) & 0x0F0F0F0F`` at 4 bits (codes 2j + step in byte j),
-    ``& 0x03030303`` at 2 bits."""
-    mask = {2: 0x03030303, 4: 0x0F0F0F0F}[bits]
-    return T.bitwise_and(T.shift_right(word, T.Cast("int32", step * bits)), T.int32(mask))
-
-
-def dp4a(a, b, portable: bool = False):
-    """``sum_j int8(a, byte j) * int8(b, byte j)`` as int32 (CUDA ``__dp4a``, signed bytes).
-
-    Codes (at most 15) are non-negative as signed bytes too. The accumulator input is zero and
-    the sum is added outside, so the block stays a ``+`` reduction TVM can split across threads.
-    ``portable``: the same sum in plain TIR arithmetic (any target; for checking the compute on
-    a CPU, where ``__dp4a`` does not exist).
-    """
-    if not portable:
-        return T.call_pure_extern("int32", "__dp4a", a, b, T.int32(0))
-
-    def byte(word, j):  # sign-extended byte j: shift it to the top, then arithmetic shift down
-        return T.shift_right(T.shift_left(word, T.int32(24 - 8 * j)), T.int32(24))
-
-    total = byte(a, 0) * byte(b, 0)
-    for j in range(1, STEP):
-        total = total + byte(a, j) * byte(b, j)
-    return total
-
-
-def quantized(value, inverse):
-    """int32 ``rint(value * inverse)``, in [-127, 127] (``inverse`` = 127 / amax, or 0)."""
-    return T.Cast("int32", T.nearbyint(value * inverse))
-
-
-def inverse_of(amax, portable: bool = False):
-    """float32 ``127 / amax``, or 0 for an all-zero group (its codes are then all 0).
-
-    Rounded as IEEE division (``__fdiv_rn``): TVM compiles CUDA with ``--use_fast_math``, whose
-    approximate division would round some activations differently from the host's
-    (compute_int8.quantized_activations), and the kernel would not compute what it documents.
-    """
-    if portable:
-        quotient = T.float32(X_LEVELS) / amax
-    else:
-        quotient = T.call_pure_extern("float32", "__fdiv_rn", T.float32(X_LEVELS), amax)
-    return T.Select(amax > T.float32(0), quotient, T.float32(0))
-
-
-def step_of(amax):
-    """float32 ``amax / 127``: the value of one step of x's int8 grid (what the sums of
-    rounded x are scaled back by)."""
-    return amax * T.float32(1.0 / X_LEVELS)
-
-
-def packed_word(values):
-    """int32 of :data:`STEP` int32 values in [-128, 127], byte j holding value j (two's
-    complement bytes, little-endian): the x word a dp4a takes."""
-    word = T.uint32(0)
-    for j, value in enumerate(values):
-        byte = T.bitwise_and(T.Cast("uint32", value), T.uint32(0xFF))
-        word = T.bitwise_or(word, T.shift_left(byte, T.uint32(8 * j)))
-    return T.Cast("int32", word)
 
 
 def packed_x_word(x, m, first, inverse, bits: int):
@@ -145,51 +60,6 @@ def packed_x_word(x, m, first, inverse, bits: int):
     byte j holding position ``first + j``."""
     return packed_word([quantized(x[m, storage_to_row(first + j, bits)], inverse)
                         for j in range(STEP)])
-
-
-def quantize_x_blocks(M: int, G: int, gsize: int, column, word, portable: bool = False):
-    """A TIR macro ``(x, order, x_amax, x_inverse, xq_words, xq_sum, x_step)``: the blocks that
-    round x [M, K] to int8 per row and group of ``gsize`` (``x_amax``, ``x_inverse``,
-    ``x_pack``, ``x_qsum``, ``x_step``; see the module docstring), shared by the dp4a and
-    tensor-core computes and the mixed family's dp4a compute (a new macro per function: TVM
-    suffixes the block names of a macro's later expansions).
-
-    ``column(order, m, g, r)``: the column of x holding element r of group g (``order``: the
-    macro's argument, the mixed family's group order; the uniform family passes x and ignores
-    it). ``word(x, order, m, g, w, inverse)``: int32 word w of group g's rounded x, in the
-    storage order of the codes it multiplies."""
-    group_words = gsize // STEP            # int32 words of x per group
-
-    @T.macro
-    def quantize(x, order, x_amax, x_inverse, xq_words, xq_sum, x_step):
-        for m, g, r in T.grid(M, G, gsize):
-            with T.sblock("x_amax"):
-                vm, vg, vr = T.axis.remap("SSR", [m, g, r])
-                with T.init():  # the identity of max, so TVM matches a reducer across threads
-                    x_amax[vm, vg] = T.min_value("float32")
-                x_amax[vm, vg] = T.max(x_amax[vm, vg], T.fabs(x[vm, column(order, vm, vg, vr)]))
-        for m, g in T.grid(M, G):
-            with T.sblock("x_inverse"):
-                vm, vg = T.axis.remap("SS", [m, g])
-                x_inverse[vm, vg] = inverse_of(x_amax[vm, vg], portable)
-        for m, g, w in T.grid(M, G, group_words):
-            with T.sblock("x_pack"):
-                vm, vg, vw = T.axis.remap("SSS", [m, g, w])
-                xq_words[vm, vg * group_words + vw] = word(x, order, vm, vg, vw,
-                                                           x_inverse[vm, vg])
-        for m, g, r in T.grid(M, G, gsize):
-            with T.sblock("x_qsum"):
-                vm, vg, vr = T.axis.remap("SSR", [m, g, r])
-                with T.init():
-                    xq_sum[vm, vg] = 0
-                xq_sum[vm, vg] = xq_sum[vm, vg] + quantized(
-                    x[vm, column(order, vm, vg, vr)], x_inverse[vm, vg])
-        for m, g in T.grid(M, G):
-            with T.sblock("x_step"):
-                vm, vg = T.axis.remap("SS", [m, g])
-                x_step[vm, vg] = step_of(x_amax[vm, vg])
-
-    return quantize
 
 
 def uniform_quantize_x_blocks(M: int, G: int, gsize: int, bits: int, portable: bool = False):

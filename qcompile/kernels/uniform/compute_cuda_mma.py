@@ -54,13 +54,10 @@ from __future__ import annotations
 
 from qcompile._tvm import T
 from qcompile.errors import SpecError
-from qcompile.kernels.uniform.compute_cuda import COMPUTE_ATTR
-from qcompile.kernels.uniform.compute_cuda_int8 import (
-    step_codes,
-    steps_per_unit,
-    uniform_quantize_x_blocks,
-)
-from qcompile.kernels.uniform.compute_int8 import STEP, unit_rows
+from qcompile.kernels.tir.attrs import COMPUTE_ATTR
+from qcompile.kernels.tir.int8_dot import step_codes, steps_per_unit
+from qcompile.kernels.tir.planes import STEP, unit_rows
+from qcompile.kernels.uniform.compute_cuda_int8 import uniform_quantize_x_blocks
 from qcompile.kernels.uniform.spec import UniformSpec
 
 COMPUTE_NAME = "uniform.cuda_mma.v2"

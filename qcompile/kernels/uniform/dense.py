@@ -15,8 +15,8 @@ import threading
 from qcompile import _tvm
 from qcompile._tvm import T
 from qcompile.kernels.base import PreparedWeights
-from qcompile.kernels.uniform.compute import field_expr, field_scale_expr, fields_per_word
-from qcompile.kernels.uniform.layout import describe
+from qcompile.kernels.layouts.uniform import describe
+from qcompile.kernels.tir.codes import field_expr, field_scale_expr, fields_per_word
 from qcompile.kernels.uniform.spec import UniformSpec
 
 _built: dict[tuple[str, str], object] = {}

@@ -10,7 +10,7 @@ from qcompile.errors import FormatError
 from qcompile.formats.act_order import reorder
 from qcompile.formats.gptq import GptqTensors, as_numpy
 from qcompile.kernels.base import KernelFamily, PreparedWeights
-from qcompile.kernels.uniform import layout as weight_layout
+from qcompile.kernels.layouts import uniform as weight_layout
 from qcompile.kernels.uniform.spec import UniformSpec
 from qcompile.quantize.rtn import quantize_rtn
 from qcompile.tensors import kernel_ready
@@ -144,7 +144,7 @@ class UniformFamily(KernelFamily):
 
         qweight = by_name["qweight"]
         if spec.int8_activations and qweight.dim() == 2:
-            from qcompile.kernels.uniform.compute_int8 import byte_planes
+            from qcompile.kernels.tir.planes import byte_planes
 
             planes = byte_planes(qweight.cpu().numpy(), spec.bits)
             by_name = {**by_name, "qweight": torch.from_numpy(planes).to(qweight.device)}

@@ -7,7 +7,7 @@ strided streams per tile (codes2, meta2, scale2, zero2, codes4, scales4, zeros4)
 hardware prefetchers do not follow across pages.
 
 ``n_tiled`` (tile T, a multiple of g2) is the uniform family's blocked layout
-(uniform/layout.py) for those seven operands: column tiles of T stored whole and contiguous,
+(layouts/uniform.py) for those seven operands: column tiles of T stored whole and contiguous,
 row-major inside::
 
     codes2   [N/T, K2/16, T]      int32      codes2_tiled[j, r, c] = codes2[r, j*T + c]
@@ -20,8 +20,8 @@ row-major inside::
 
 so a parallel task that reads consecutive tiles reads one contiguous range of each. The
 int8-activation kernel (compute_int8.py) reads codes2 and codes4 as byte planes [R, 1, N, 4];
-tiled, they are [N/T, R, 1, T, 4] (uniform/layout.py's int8 form), the others as above.
-``plane_words`` (uniform/layout.py) is the CUDA int8 kernel's (compute_cuda_int8.py): codes2 and
+tiled, they are [N/T, R, 1, T, 4] (layouts/uniform.py's int8 form), the others as above.
+``plane_words`` (layouts/uniform.py) is the CUDA int8 kernel's (compute_cuda_int8.py): codes2 and
 codes4 as those byte planes read as int32 words [R, 1, N] (the format's own words), the other
 operands unchanged; its compute fixes it, and :func:`layout_of` knows it by the compute name.
 ``order`` and the CSR outliers (``row_ptr``, ``cols``, ``values``) keep their layout: they are
@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from qcompile.errors import SpecError
-from qcompile.kernels.uniform.layout import (
+from qcompile.kernels.layouts.uniform import (
     N_TILED,
     PLANE_WORDS,
     describe,
