@@ -117,7 +117,7 @@ def register_tile(sch: Schedule, spec: MixedSpec, hw: CpuHardware,
 
 def with_layout(sch: Schedule, spec: MixedSpec, t_u: int) -> Schedule:
     """``sch`` with both parts' codes (byte planes), scales and zeros rewritten into column
-    tiles of ``t_u * 8`` (kernels/mixed/layout.py)."""
+    tiles of ``t_u * 8`` (kernels/layouts/mixed.py)."""
     weight_layout.apply(sch, spec.n, spec.g2, t_u * LANES)
     return sch
 

@@ -35,7 +35,7 @@ How the model shapes the space (:func:`plans`):
   initial population of the evolutionary search is centred on the model's point and the
   mutators explore around it.
 * the weight layout: every sketch rewrites qweight, scales and zeros into column tiles of
-  ``t_u * lanes`` (``transform_layout``; qcompile/kernels/uniform/layout.py), so that one task
+  ``t_u * lanes`` (``transform_layout``; qcompile/kernels/layouts/uniform.py), so that one task
   streams one contiguous range. The layout is in the trace, hence in the record; ``build``
   writes it into the manifest and ``Kernel.prepare`` packs the weights for it.
 

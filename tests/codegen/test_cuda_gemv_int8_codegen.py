@@ -46,7 +46,7 @@ def _schedule(spec, cols=None, k_lanes=None):
 ])
 def test_kernel_matches_the_int8_reference(bits, group_size, groups, cols, k_lanes):
     """The generated CUDA C on the emulator against x rounded on the host
-    (compute_int8.quantized_activations) times the dequantized weight: groups of 4 to 16 units
+    (tir.activations.quantized_activations) times the dequantized weight: groups of 4 to 16 units
     (threads past a group's units must stay out of its sum), 1 to 4 columns a thread, and
     group counts the lanes do not divide (lanes past the last group skip the step; their
     warp's other lane still shuffles)."""

@@ -1,4 +1,4 @@
-"""The mixed family's n_tiled weight layout (qcompile/kernels/mixed/layout.py): packing, the
+"""The mixed family's n_tiled weight layout (qcompile/kernels/layouts/mixed.py): packing, the
 CPU design space applying it, kernels in it against the reference, and a kernel refusing
 weights packed for another layout."""
 

@@ -37,7 +37,7 @@ from qcompile.errors import SpecError
 
 #: The layout name in manifests and ``PreparedWeights.extras["layout"]``.
 N_TILED = "n_tiled"
-#: The CUDA int8 kernel's codes: the byte planes (compute_int8.byte_planes, uint8 [U, P, N, 4])
+#: The CUDA int8 kernel's codes: the byte planes (tir.planes.byte_planes, uint8 [U, P, N, 4])
 #: read as int32 words [U, P, N], 4 codes per byte lane for ``dp4a`` (compute_cuda_int8.py).
 PLANE_WORDS = "plane_words"
 

@@ -159,7 +159,7 @@ def mixed_compute_int8(spec: MixedSpec):
 
 def byte_plane_operands(tensors: dict) -> dict:
     """The format's arrays -> the int8 kernel's: codes2 and codes4 (int32 [R, N]) as uint8
-    byte planes [R, 1, N, 4] (uniform.compute_int8.byte_planes: the words' own bytes, a copy),
+    byte planes [R, 1, N, 4] (tir.planes.byte_planes: the words' own bytes, a copy),
     numpy or torch; operands already in planes, and the others, pass unchanged."""
     import numpy as np
 

@@ -198,7 +198,7 @@ class MixedFamily(KernelFamily):
     def kernel_reference(self, spec: MixedSpec, x: np.ndarray, **arrays) -> np.ndarray:
         """float64 output of exactly what ``spec``'s kernel computes: :meth:`reference`, except
         that an ``int8_activations`` kernel multiplies the dense weights by x rounded per row
-        and g1-group (uniform.compute_int8.quantized_activations) and the outliers by x."""
+        and g1-group (tir.activations.quantized_activations) and the outliers by x."""
         if not spec.int8_activations:
             return self.reference(spec, x, **arrays)
         from qcompile.kernels.tir.activations import quantized_activations

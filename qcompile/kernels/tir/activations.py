@@ -49,7 +49,7 @@ def inverse_of(amax, portable: bool = False):
 
     Rounded as IEEE division (``__fdiv_rn``): TVM compiles CUDA with ``--use_fast_math``, whose
     approximate division would round some activations differently from the host's
-    (compute_int8.quantized_activations), and the kernel would not compute what it documents.
+    (tir.activations.quantized_activations), and the kernel would not compute what it documents.
     """
     if portable:
         quotient = T.float32(X_LEVELS) / amax

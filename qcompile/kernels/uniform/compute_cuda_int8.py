@@ -14,7 +14,7 @@ word of packed codes feeds ``dp4a`` after one shift and one AND per four codes:
 At 4 bits: ``(w >> 4p) & 0x0F0F0F0F`` (p = 0, 1) puts codes 2j + p of word w in byte j, so a
 word is two dp4a: about 0.6 instructions per code against 3 for the float kernel.
 
-The codes are the CPU int8 kernel's byte planes (compute_int8.byte_planes: GPTQ's own words at
+The codes are the CPU int8 kernel's byte planes (tir.planes.byte_planes: GPTQ's own words at
 2 and 4 bits; 3-bit blocks split into two 2-bit planes and a 1-bit plane) read as int32 words,
 and x is stored in the same "storage order" (compute_int8.storage_to_row), packed four int8 to
 an int32 word so that word ``u * S + t`` of x pairs with step t of code unit u.

@@ -47,7 +47,7 @@ one 128-bit and one 64-bit load, x's steps and sums of its two rows in one 64-bi
 Operands: x float32 [M, K]; qweight int32 [G, N/8, 8 U_g], the dp4a kernel's words (U_g per
 group and column), each group's words of an 8-column tile together in :func:`word_position`'s
 order; scales float16 [G, N] and zeros uint8 [G, N], each warp's 32 columns in
-:func:`scale_position`'s order (layout ``mma_tiles``, uniform/layout.py); y float32 [M, N].
+:func:`scale_position`'s order (layout ``mma_tiles``, layouts/uniform.py); y float32 [M, N].
 """
 
 from __future__ import annotations

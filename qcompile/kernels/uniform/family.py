@@ -99,7 +99,7 @@ class UniformFamily(KernelFamily):
         -------
         PreparedWeights
             tensors: qweight int32 [K*bits/32, N] (rows in P order; for ``int8_activations``
-            specs uint8 [U, P, N, 4], compute_int8.byte_planes), scales float16 [G, N],
+            specs uint8 [U, P, N, 4], tir.planes.byte_planes), scales float16 [G, N],
             zeros uint8 [G, N] (each [N/T, rows, T] in the ``n_tiled`` layout), and for
             ``act_order`` specs perm int32 [K]; extras: ``layout`` (the layout), ``perm``
             (int64 [K], the separate gather) when the rows were reordered and the spec does
@@ -139,7 +139,7 @@ class UniformFamily(KernelFamily):
 
     def kernel_operands(self, spec: UniformSpec, by_name: dict, layout: dict | None) -> dict:
         """GPTQ-layout operands (torch) -> the kernel's: the codes split into byte planes for
-        an ``int8_activations`` spec (compute_int8.byte_planes), then packed into ``layout``."""
+        an ``int8_activations`` spec (tir.planes.byte_planes), then packed into ``layout``."""
         import torch
 
         qweight = by_name["qweight"]
