@@ -23,9 +23,11 @@ class RecordMeasurements(ms.measure_callback.PyMeasureCallback):
     Replaces MetaSchedule's ``AddToDatabase``, which keeps no error message.
     """
 
-    def __init__(self, database) -> None:
+    def __init__(self, database, remote: bool = False) -> None:
         super().__init__()
         self.database = database
+        #: Measured on RPC servers: this host's load says nothing of theirs, so none is kept.
+        self.remote = remote
         self.stored = 0
         self.measured = 0
         self.failed = 0
@@ -44,7 +46,12 @@ class RecordMeasurements(ms.measure_callback.PyMeasureCallback):
         # How busy others kept the machine since the last batch: this batch's build and run.
         load = self.load_meter.lap()
         busy = self.load_meter.busy(load)
-        self.max_other_load = max(self.max_other_load, load)
+        if self.remote:
+            # The candidates ran on another machine: this host's load (its builders, its other
+            # tenants) did not compete with them, and the remote's is not seen from here.
+            load, busy = None, False
+        else:
+            self.max_other_load = max(self.max_other_load, load)
         for candidate, built, ran in zip(measure_candidates, builder_results, runner_results,
                                          strict=True):
             self.measured += 1
@@ -110,19 +117,30 @@ class ProgressRunner(ms.runner.PyRunner):
     """``runner`` (MetaSchedule's LocalRunner times one candidate after another), one candidate
     at a time, so that each measured candidate shows as it is done."""
 
-    def __init__(self, runner, progress) -> None:
+    def __init__(self, runner, progress, concurrent: bool = False) -> None:
         super().__init__()
         self.runner = runner
         self.progress = progress
+        #: Hand the whole batch to the runner at once (RPCRunner: one session per candidate,
+        #: spread over the tracker's servers), then show each as it is done.
+        self.concurrent = concurrent
 
     def run(self, runner_inputs):
+        if self.concurrent:
+            self.progress.set_phase(f"measuring {len(runner_inputs)} on the RPC servers")
+            futures = list(self.runner.run(list(runner_inputs)))
+            for future in futures:
+                self._show(future.result())
+            return futures
         futures = []
         for index, runner_input in enumerate(runner_inputs, 1):
             self.progress.set_phase(f"measuring {index}/{len(runner_inputs)}")
             (future,) = self.runner.run([runner_input])
-            result = future.result()
-            secs = [float(s) for s in result.run_secs or []]
-            ok = not result.error_msg and secs and max(secs) < _FAILED_RUN_SECS
-            self.progress.candidate(sum(secs) / len(secs) * 1e6 if ok else None)
+            self._show(future.result())
             futures.append(future)
         return futures
+
+    def _show(self, result) -> None:
+        secs = [float(s) for s in result.run_secs or []]
+        ok = not result.error_msg and secs and max(secs) < _FAILED_RUN_SECS
+        self.progress.candidate(sum(secs) / len(secs) * 1e6 if ok else None)

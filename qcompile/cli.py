@@ -4,6 +4,8 @@
     qcompile tune  --target avx2 [spec] [--trials N] [--db URL]
     qcompile tune  --target avx2 --from-gptq DIR [--batch M] [--trials N] [--db URL]
     qcompile build --target avx2 [spec] [--db URL] --out DIR
+    qcompile tune  --target avx2 [spec] --rpc-tracker HOST:PORT --rpc-key KEY   (measure remotely)
+    qcompile rpc-server --tracker HOST:PORT --key KEY [--host H] [--port P] [--name NAME]
     qcompile quantize --family mixed [spec] --weight W.npy --calibration X.npy --out W.npz
     qcompile db info|ls|best|export|import|prune|merge|upgrade|check [--db URL]  (cli_db.py)
 
@@ -37,8 +39,10 @@ from qcompile.cli_args import (
     check_output_dir,
     check_output_file,
     existing_file,
+    port_number,
     positive_int,
     run_command,
+    tracker_address,
 )
 from qcompile.cli_db import add_db_argument, add_db_commands, add_layer_arguments, open_layers
 from qcompile.errors import FormatError, SpecError, UsageError
@@ -119,8 +123,27 @@ def _hardware_line(hw: dict) -> str:
             f"eta={hw['vector_registers']})")
 
 
+def measure_policy(args: argparse.Namespace):
+    """``--rpc-tracker`` and ``--rpc-key`` as a MeasurePolicy (None: measure here, as before);
+    a lone one of the two is a usage error."""
+    if (args.rpc_tracker is None) != (args.rpc_key is None):
+        raise UsageError("--rpc-tracker HOST:PORT and --rpc-key KEY go together: give both to "
+                         "measure on the tracker's servers, or neither to measure here")
+    if args.rpc_tracker is None:
+        return None
+    from qcompile.measure import MeasurePolicy, RemoteDevices
+    from targets.host import usable_cores
+
+    host, port = args.rpc_tracker
+    return MeasurePolicy(build_workers=usable_cores(),
+                         remote=RemoteDevices(host, port, args.rpc_key,
+                                              session_timeout_s=args.rpc_timeout))
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
-    require_tune_host(targets.get(args.target))  # refused before TVM loads
+    policy = measure_policy(args)
+    if policy is None:  # measured here: refused before TVM loads (remote: the servers' CPUs)
+        require_tune_host(targets.get(args.target))
     if args.from_gptq:
         return tune_checkpoint(args)
     spec = spec_from_args(args)  # every rule of the spec, before TVM loads (seconds)
@@ -133,7 +156,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         from qcompile.tune import tune  # loads TVM (seconds): the bar shows it
 
         summary = tune(spec, preset, trials=args.trials, layers=layers, seed=args.seed,
-                       progress=progress, force=args.force)
+                       progress=progress, force=args.force, policy=policy)
     print("\n".join(summary.lines()))
     return 0 if summary.best_us is not None else 1
 
@@ -159,11 +182,20 @@ def tune_checkpoint(args: argparse.Namespace) -> int:
             from qcompile.tune import tune  # loads TVM once (seconds): the bar shows it
 
             summary = tune(spec, preset, trials=args.trials, layers=db_layers, seed=args.seed,
-                           progress=progress, force=args.force)
+                           progress=progress, force=args.force, policy=measure_policy(args))
         started = None
         print("\n".join(summary.lines()))
         failed += summary.best_us is None
     return 1 if failed else 0
+
+
+def cmd_rpc_server(args: argparse.Namespace) -> int:
+    """``qcompile rpc-server``: TVM's RPC server, registered with a tracker, that tells tuners
+    which device it is (qcompile/remote.py)."""
+    from qcompile.remote import serve  # TVM loads when it serves
+
+    serve(args.tracker, args.key, host_name=args.host, port=args.port, name=args.name)
+    return 0
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -245,7 +277,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="tune even when the databases already hold enough records (default: "
                         "reuse them, 0 trials)")
+    remote = p.add_argument_group("remote measurement (TVM RPC)")
+    remote.add_argument("--rpc-tracker", type=tracker_address, metavar="HOST:PORT", default=None,
+                        help="build here, measure on the servers registered with this TVM RPC "
+                             "tracker (started with qcompile rpc-server)")
+    remote.add_argument("--rpc-key", metavar="KEY", default=None,
+                        help="the servers' key at the tracker (with --rpc-tracker)")
+    remote.add_argument("--rpc-timeout", type=positive_int, default=120, metavar="S",
+                        help="seconds one remote measuring session may last (default 120)")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("rpc-server", help="serve this machine's device to tuners through a TVM "
+                                          "RPC tracker (qcompile tune --rpc-tracker)")
+    p.add_argument("--tracker", required=True, type=tracker_address, metavar="HOST:PORT",
+                   help="the TVM RPC tracker to register with")
+    p.add_argument("--key", required=True, help="the device key tuners ask for (--rpc-key)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=port_number, default=9090,
+                   help="first port to try; the next free one below PORT+100 is taken "
+                        "(default 9090)")
+    p.add_argument("--name", default=None,
+                   help="the host name records measured here carry (default: "
+                        "$QCOMPILE_RPC_SERVER_NAME, else this host's)")
+    p.set_defaults(func=cmd_rpc_server)
 
     p = sub.add_parser("build", help="compile the best record into DIR/<name>.so + manifest")
     p.add_argument("--target", required=True, choices=sorted(targets.PRESETS))

@@ -190,6 +190,60 @@ def positive_int(text: str) -> int:
     return value
 
 
+def tracker_address(text: str) -> tuple[str, int]:
+    """An argparse ``type`` for an RPC tracker's address, ``HOST:PORT`` (``--rpc-tracker``,
+    ``--tracker``), checked before TVM loads.
+
+    Parameters
+    ----------
+    text : str
+        The address as typed (``127.0.0.1:9190``, ``tracker.lan:9190``).
+
+    Returns
+    -------
+    tuple of (str, int)
+        The host and the port.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        When there is no host, or the port is not an integer in 1..65535.
+    """
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host.strip("[]") or not port:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:9190); got {text!r}")
+    return host.strip("[]"), port_number(port, "the port of HOST:PORT")
+
+
+def port_number(text: str, what: str = "a port") -> int:
+    """An argparse ``type`` for a TCP port: an integer in 1..65535.
+
+    Parameters
+    ----------
+    text : str
+        The port as typed.
+    what : str
+        What the number is, for the message.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        When the text is not an integer in 1..65535.
+    """
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{what} must be an integer in 1..65535; got {text!r}") from None
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"{what} must be in 1..65535; got {number}")
+    return number
+
+
 def existing_file(text: str) -> str:
     """An argparse ``type`` for an input file that must exist and be a file (not a directory).
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 from targets.cuda import gpu_model
 from targets.host import cpu_model
 
+#: RPCRunner's local workers: how many remote sessions a batch may hold at once.
+REMOTE_WORKERS = 4
 #: Linux's prctl option that delivers a signal to a process when its parent dies.
 _PR_SET_PDEATHSIG = 1
 
@@ -56,6 +58,41 @@ def fast_build(mod, target, _params):
 
 
 @dataclass(frozen=True)
+class RemoteDevices:
+    """The devices registered with a TVM RPC tracker under one key, where candidates are
+    measured instead of here (``qcompile tune --rpc-tracker HOST:PORT --rpc-key KEY``).
+
+    Attributes
+    ----------
+    tracker_host, tracker_port : str, int
+        The tracker's address.
+    key : str
+        The key the servers registered with (``qcompile rpc-server --key``).
+    session_timeout_s : float
+        How long one measuring session may last before the server ends it.
+    """
+
+    tracker_host: str
+    tracker_port: int
+    key: str
+    session_timeout_s: float = 120.0
+
+    @property
+    def address(self) -> str:
+        return f"{self.tracker_host}:{self.tracker_port}"
+
+
+def remote_alloc_argument(f_alloc_argument, _session, device, args_info, alloc_repeat: int):
+    """RPCRunner's ``f_alloc_argument`` from a family's LocalRunner one (bound with partial).
+
+    RPCRunner calls it in a local worker process with the RPC session and the session's remote
+    device; the family's allocator makes its arrays with ``tvm.runtime.tensor(array, device)``,
+    which for a remote device copies them through the session onto the remote host.
+    """
+    return f_alloc_argument(device, args_info, alloc_repeat)
+
+
+@dataclass(frozen=True)
 class MeasurePolicy:
     """How each candidate is built and timed (an explicit value, like MetaSchedule's
     EvaluatorConfig, so that a record can say how it was measured).
@@ -77,6 +114,7 @@ class MeasurePolicy:
     number: int = 10
     repeat: int = 3
     min_repeat_ms: int = 40
+    remote: RemoteDevices | None = None
 
     def builder(self):
         from qcompile._tvm import ms
@@ -87,13 +125,27 @@ class MeasurePolicy:
                                                                      os.getpid()))
 
     def runner(self, f_alloc_argument=None):
-        """LocalRunner with these settings; ``f_alloc_argument`` (a family's
-        ``measure_arguments``) makes the operands, None: MetaSchedule's random fill."""
+        """LocalRunner with these settings (RPCRunner when :attr:`remote`);
+        ``f_alloc_argument`` (a family's ``measure_arguments``) makes the operands, None:
+        MetaSchedule's random fill (on the remote, its ``random_fill_for_measure``)."""
         from qcompile._tvm import ms
 
         config = ms.runner.EvaluatorConfig(number=self.number, repeat=self.repeat,
                                            min_repeat_ms=self.min_repeat_ms,
                                            enable_cpu_cache_flush=False)
+        if self.remote is not None:
+            remote = self.remote
+            rpc_config = ms.runner.RPCConfig(tracker_host=remote.tracker_host,
+                                             tracker_port=remote.tracker_port,
+                                             tracker_key=remote.key, session_priority=1,
+                                             session_timeout_sec=int(remote.session_timeout_s))
+            alloc = (functools.partial(remote_alloc_argument, f_alloc_argument)
+                     if f_alloc_argument is not None else None)
+            # One local worker per remote session: each waits on its device, not on our cores.
+            return ms.runner.RPCRunner(rpc_config=rpc_config, evaluator_config=config,
+                                       f_alloc_argument=alloc, max_workers=REMOTE_WORKERS,
+                                       initializer=functools.partial(die_with_parent,
+                                                                     os.getpid()))
         return ms.runner.LocalRunner(timeout_sec=self.run_timeout_s, evaluator_config=config,
                                      f_alloc_argument=f_alloc_argument,
                                      initializer=functools.partial(die_with_parent,

@@ -20,6 +20,7 @@ from qcompile.measure import (
     this_device_model,
 )
 from qcompile.progress import TuneProgress
+from qcompile.remote import query_remote, remote_provenance
 from qcompile.trust.choice import (
     DEFAULT_TOP,
     Candidate,
@@ -76,6 +77,8 @@ class TuneSummary:
     #: After a busy run: how many of the best were re-measured, and the load then.
     remeasured: int = 0
     remeasure_load: float | None = None
+    #: Measured through an RPC tracker: "<host> (<device model>) via tracker H:P, key K".
+    measured_on: str = ""
 
     def lines(self) -> list[str]:
         best = f"{self.best_us:.1f} us" if self.best_us is not None else "none (no valid record)"
@@ -94,6 +97,8 @@ class TuneSummary:
             f"  best      {best}   {rate}   (record {self.record_id})",
             f"  stored    {self.stored} records in {self.database}",
         ]
+        if self.measured_on:
+            lines.append(f"  measured  on {self.measured_on}")
         if self.busy:
             lines.append(
                 f"  warning   {self.busy} of {self.trials} candidates were measured while other "
@@ -128,7 +133,9 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
     hw : hardware model, optional
         Overrides the preset's host-detected model.
     policy : MeasurePolicy, optional
-        Build and timing settings.
+        Build and timing settings; with ``remote`` (:class:`~qcompile.measure.RemoteDevices`)
+        candidates are measured on the RPC tracker's servers under its key, and the records
+        carry the remote device's host and model (this host need not run the target's code).
     progress : bool or TuneProgress
         Draw a progress bar on stderr (True), or draw on this one (the CLI's, shown before
         TVM loaded: its start is the run's start); False: none. It is closed when tuning ends.
@@ -153,11 +160,16 @@ def tune(spec: KernelSpec, preset, *, trials: int = 64, storage: Storage | None 
     TargetUnavailableError
         This host cannot run ``preset``'s code (a CPU without its instructions, or no GPU for
         a CUDA preset): tuning measures every candidate here, so it stops before starting.
+        With ``policy.remote``: no server under the key, a server that is not a ``qcompile
+        rpc-server``, or one that cannot run the target's code.
     """
     if trials <= 0:
         raise UsageError(f"trials must be positive; got {trials}")
-    require_tune_host(preset)
-    if preset.kind == "cuda":
+    if policy is not None and policy.remote is not None:
+        pass  # measured on the RPC servers: _tune checks their device before tuning
+    elif preset.kind == "cpu":
+        require_tune_host(preset)
+    elif preset.kind == "cuda":
         supported, reason = preset.host_support()
         if not supported:
             raise TargetUnavailableError(
@@ -182,10 +194,20 @@ def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: 
     target = _tvm.Target(preset.tvm_target(hw))
     cores = getattr(hw, "cores", None) or usable_cores()  # a GPU model has no cores: the host's
     policy = policy or MeasurePolicy(build_workers=cores)
+    remote = policy.remote
+    measured_on = ""
+    if remote is not None:
+        progress.set_phase(f"asking the RPC tracker {remote.address} for a device")
+        device = query_remote(remote, preset)
+        provenance, device_model = remote_provenance(device), device.device_model
+        measured_on = f"{device.describe()} via the RPC tracker {remote.address}, key {remote.key}"
+    else:
+        provenance, device_model = measuring_provenance(preset), this_device_model(preset)
     family = family_of(spec)
     mod = _tvm.normalize_mod(compute_for(spec, preset.kind))
     sealer = Sealer.load()
-    database = workload_database(storage, spec, target, provenance=measuring_provenance(preset),
+    # Records (and their seals) name the device that measured them: the remote one under RPC.
+    database = workload_database(storage, spec, target, provenance=provenance,
                                  readers=layers.readers, sealer=sealer)
     progress.set_phase("reading the database")
     reused = 0 if force else database.measured(mod)
@@ -193,7 +215,7 @@ def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: 
         found = database.candidates(mod, DEFAULT_TOP)
         if found and reused >= trials:
             log.info("%s: %d records already measured; 0 trials", spec.name(), reused)
-            record, best_us, how = _reused_best(found, preset, sealer)
+            record, best_us, how = _reused_best(found, device_model, sealer)
             progress.close(f"reused {reused} records")
             return TuneSummary(
                 name=spec.name(), target=preset.name, trials=0, failed=0, stored=0,
@@ -203,7 +225,7 @@ def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: 
         trials = max(1, trials - reused)
     progress.set_total(trials)
     database.register(mod)  # fail here, with our error, before MetaSchedule's FFI wraps it
-    recorder = RecordMeasurements(database)
+    recorder = RecordMeasurements(database, remote=remote is not None)
     callbacks = [recorder, _tvm.ms.measure_callback.RemoveBuildArtifact(),
                  _tvm.ms.measure_callback.UpdateCostModel(), ShowProgress(progress)]
     progress.set_phase("searching (batch 1)")
@@ -219,7 +241,8 @@ def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: 
             tasks=[context], task_weights=[1.0], work_dir=work_dir or scratch,
             max_trials_global=trials, num_trials_per_iter=min(trials, BATCH),
             builder=ProgressBuilder(policy.builder(), progress),
-            runner=ProgressRunner(policy.runner(family.measure_arguments(spec)), progress),
+            runner=ProgressRunner(policy.runner(family.measure_arguments(spec)), progress,
+                                  concurrent=remote is not None),
             database=database,
             cost_model="xgb", measure_callbacks=callbacks, task_scheduler="round-robin",
         )
@@ -227,6 +250,7 @@ def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: 
     best_us = best[1].mean_us if best else None
     record_id = best[1].id if best else None
     remeasured, remeasure_load = 0, None
+    # Never under RPC: recorder.busy stays 0 (this host's load does not touch the remote's).
     if recorder.busy and best is not None:
         progress.set_phase("waiting for a quiet machine to re-measure the best")
         remeasure_load = recorder.load_meter.wait_for_quiet(quiet_wait_s)
@@ -240,15 +264,15 @@ def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: 
         record_id=record_id, elapsed_s=time.monotonic() - started,
         database=storage.display_url, reused=reused, busy=recorder.busy,
         max_other_load=recorder.max_other_load, remeasured=remeasured,
-        remeasure_load=remeasure_load,
+        remeasure_load=remeasure_load, measured_on=measured_on,
     )
 
 
-def _reused_best(found, preset, sealer: Sealer):
-    """The record a 0-trial tune reports, as ``build`` judges it: the fastest latency this host
-    believes (sealed for its device model); when none is believed, the fastest claim, said to
-    be one. Returns (record, latency in us, how it is known)."""
-    device_model = this_device_model(preset)
+def _reused_best(found, device_model: str | None, sealer: Sealer):
+    """The record a 0-trial tune reports, as ``build`` judges it: the fastest latency believed
+    for ``device_model`` (the device that would measure: this host's, or the RPC servers');
+    when none is believed, the fastest claim, said to be one. Returns (record, latency in us,
+    how it is known)."""
     believed = []
     for storage, _, record in found:
         measurements = storage.measurements([record.id])[record.id]

@@ -1,0 +1,170 @@
+"""Measuring on other machines through TVM's RPC tracker (``qcompile tune --rpc-tracker``).
+
+The tuner builds candidates here and MetaSchedule's RPCRunner measures them on the servers a
+tracker holds under one key (``qcompile.measure.RemoteDevices``). A record must then say which
+device measured it, not which host tuned: ``qcompile rpc-server`` is TVM's RPC server with one
+function more, ``qcompile.device_info`` (:data:`DEVICE_INFO_FUNC`), which returns the server's
+host name, CPU (or GPU) model and CPU flags. Before tuning, :func:`query_remote` asks one server
+for it through the tracker, and refuses in one line when no server holds the key, when the
+servers are plain TVM ones (no device info), or when their CPUs lack the target's flags.
+
+Light until used: TVM (``qcompile._tvm``) is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass, replace
+
+from qcompile.errors import TargetUnavailableError
+from targets import host
+
+#: The global function every ``qcompile rpc-server`` registers.
+DEVICE_INFO_FUNC = "qcompile.device_info"
+#: Overrides the host name a server reports (tests tell their servers apart by it).
+SERVER_NAME_ENV = "QCOMPILE_RPC_SERVER_NAME"
+#: How long the tuner's device-info session may last (seconds).
+QUERY_TIMEOUT_S = 30
+
+
+def device_info(name: str | None = None) -> dict:
+    """What this machine measures on: its host name (``name``, else $QCOMPILE_RPC_SERVER_NAME,
+    else the host's), CPU model and flags, and its first GPU's model when it has one."""
+    from targets.cuda import gpu_model
+
+    try:
+        gpu = gpu_model()
+    except Exception:  # noqa: BLE001 - no driver, no GPU: a CPU server
+        gpu = None
+    return {"host": name or os.environ.get(SERVER_NAME_ENV) or host.hostname(),
+            "cpu_model": host.cpu_model(), "cpu_flags": sorted(host.cpu_flags()),
+            "gpu_model": gpu}
+
+
+def register_device_info(name: str | None = None) -> None:
+    """Register :data:`DEVICE_INFO_FUNC` in this process (the RPC server's init callback: its
+    session processes are forked from the process that runs it)."""
+    from qcompile import _tvm
+
+    text = json.dumps(device_info(name))
+    _tvm.tvm_ffi.register_global_func(DEVICE_INFO_FUNC, lambda: text, override=True)
+
+
+def serve(tracker: tuple[str, int], key: str, host_name: str = "127.0.0.1", port: int = 9090,
+          name: str | None = None) -> None:
+    """Run TVM's RPC server on ``host_name:port`` (or the next free port below port + 100),
+    registered with ``tracker`` under ``key``, until this process is ended."""
+    from qcompile import _tvm
+
+    # reuse_addr=False: with it, two servers on one machine bind the same port and the
+    # second fails at listen() instead of moving on to the next free port.
+    try:
+        server = _tvm.tvm.rpc.Server(host_name, port, min(port + 100, 65536),
+                                     tracker_addr=tracker, key=key, reuse_addr=False,
+                                     server_init_callback=functools.partial(
+                                         register_device_info, name))
+    except (OSError, ValueError, RuntimeError) as error:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        raise TargetUnavailableError(f"cannot serve on {host_name}:{port}..{port + 99}: "
+                                     f"{lines[-1] if lines else error}") from None
+    print(f"qcompile rpc-server: serving on {host_name}:{server.port}, registered with the "
+          f"tracker {tracker[0]}:{tracker[1]} under key {key!r}", flush=True)
+    server.proc.join()
+
+
+@dataclass(frozen=True)
+class RemoteDevice:
+    """The device a tracker's server measured on, as it described itself."""
+
+    host: str
+    device_model: str
+    cpu_flags: frozenset[str]
+
+    def describe(self) -> str:
+        return f"{self.host} ({self.device_model})"
+
+
+def _connect(remote):
+    import socket
+
+    from qcompile import _tvm
+
+    # TVM's connect_tracker retries for a minute, warning every 5 s: try once, quietly, first.
+    try:
+        socket.create_connection((remote.tracker_host, remote.tracker_port), timeout=5).close()
+    except OSError as error:
+        raise TargetUnavailableError(f"cannot reach the RPC tracker at {remote.address}: "
+                                     f"{error.strerror or error}") from None
+    try:
+        return _tvm.tvm.rpc.connect_tracker(remote.tracker_host, remote.tracker_port)
+    except Exception as error:  # noqa: BLE001 - TVM raises RuntimeError/OSError/TVMError
+        raise TargetUnavailableError(
+            f"cannot reach the RPC tracker at {remote.address}: "
+            f"{str(error).strip().splitlines()[-1] if str(error).strip() else error}") from None
+
+
+def query_remote(remote, preset) -> RemoteDevice:
+    """Ask one of the servers under ``remote.key`` what it is, and check that it can run
+    ``preset``'s code (its CPU's flags, as ``targets.isa`` checks this host's).
+
+    Parameters
+    ----------
+    remote : qcompile.measure.RemoteDevices
+    preset : targets.Preset
+
+    Raises
+    ------
+    TargetUnavailableError
+        The tracker is unreachable; no server holds the key; the server is not a
+        ``qcompile rpc-server``; its CPU lacks the target's flags (CPU presets), or it reports
+        no GPU (CUDA presets).
+    """
+    tracker = _connect(remote)
+    servers = [info for info in tracker.summary().get("server_info", [])
+               if str(info.get("key", "")).split(":", 1)[-1] == remote.key]
+    if not servers:
+        raise TargetUnavailableError(
+            f"no RPC server is registered with the tracker at {remote.address} under key "
+            f"{remote.key!r}; start one with: qcompile rpc-server --tracker {remote.address} "
+            f"--key {remote.key}")
+    try:
+        session = tracker.request(remote.key, priority=1, session_timeout=QUERY_TIMEOUT_S)
+    except Exception as error:  # noqa: BLE001
+        raise TargetUnavailableError(
+            f"the RPC tracker at {remote.address} gave no session under key {remote.key!r}: "
+            f"{str(error).strip().splitlines()[-1] if str(error).strip() else error}") from None
+    try:
+        text = session.get_function(DEVICE_INFO_FUNC)()
+    except Exception:  # noqa: BLE001 - TVM: "Cannot find function ..."
+        raise TargetUnavailableError(
+            f"the RPC server under key {remote.key!r} (tracker {remote.address}) has no "
+            f"{DEVICE_INFO_FUNC}, so its records could not say which device measured them: "
+            "start the servers with qcompile rpc-server") from None
+    info = json.loads(str(text))
+    flags = frozenset(info.get("cpu_flags") or ())
+    if preset.kind == "cuda":
+        if not info.get("gpu_model"):
+            raise TargetUnavailableError(
+                f"tuning for {preset.name} measures on a GPU, and the RPC server "
+                f"{info.get('host')} under key {remote.key!r} reports none")
+        model = info["gpu_model"]
+    else:
+        model = info.get("cpu_model") or "unknown"
+        missing = [flag for flag in preset.required_flags if flag not in flags]
+        if missing:
+            raise TargetUnavailableError(
+                f"tuning for {preset.name} measures every candidate on the RPC server "
+                f"{info.get('host')} ({model}, key {remote.key!r}), and its CPU lacks "
+                f"{', '.join(missing)}")
+    return RemoteDevice(host=str(info.get("host") or "unknown"), device_model=model,
+                        cpu_flags=flags)
+
+
+def remote_provenance(device: RemoteDevice):
+    """The provenance of a measurement made on ``device``: its host and model; the user and
+    versions are the tuner's (it built the candidate)."""
+    from tuning_db.database import default_provenance
+
+    return replace(default_provenance(), host=device.host, device_model=device.device_model)
