@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, replace
 
 from qcompile.errors import TargetUnavailableError
-from targets import host
+from targets import host, isa
 
 #: The global function every ``qcompile rpc-server`` registers.
 DEVICE_INFO_FUNC = "qcompile.device_info"
@@ -129,20 +129,46 @@ def query_remote(remote, preset) -> RemoteDevice:
             f"no RPC server is registered with the tracker at {remote.address} under key "
             f"{remote.key!r}; start one with: qcompile rpc-server --tracker {remote.address} "
             f"--key {remote.key}")
-    try:
-        session = tracker.request(remote.key, priority=1, session_timeout=QUERY_TIMEOUT_S)
-    except Exception as error:  # noqa: BLE001
+    # One session per registered server, each held while the next is asked for, so that the
+    # tracker hands out every one: a key names one device model, and records measured on any
+    # of them carry every host name.
+    sessions, infos = [], []
+    for _ in servers:
+        try:
+            session = tracker.request(remote.key, priority=1, session_timeout=QUERY_TIMEOUT_S)
+        except Exception as error:  # noqa: BLE001
+            raise TargetUnavailableError(
+                f"the RPC tracker at {remote.address} gave no session under key "
+                f"{remote.key!r}: {_last_line(error)}") from None
+        sessions.append(session)
+        try:
+            text = session.get_function(DEVICE_INFO_FUNC)()
+        except Exception:  # noqa: BLE001 - TVM: "Cannot find function ..."
+            raise TargetUnavailableError(
+                f"an RPC server under key {remote.key!r} (tracker {remote.address}) has no "
+                f"{DEVICE_INFO_FUNC}, so its records could not say which device measured "
+                "them: start the servers with qcompile rpc-server") from None
+        infos.append(json.loads(str(text)))
+    del sessions
+    devices = [_checked(info, remote, preset) for info in infos]
+    models = sorted({device.device_model for device in devices})
+    if len(models) > 1:
         raise TargetUnavailableError(
-            f"the RPC tracker at {remote.address} gave no session under key {remote.key!r}: "
-            f"{str(error).strip().splitlines()[-1] if str(error).strip() else error}") from None
-    try:
-        text = session.get_function(DEVICE_INFO_FUNC)()
-    except Exception:  # noqa: BLE001 - TVM: "Cannot find function ..."
-        raise TargetUnavailableError(
-            f"the RPC server under key {remote.key!r} (tracker {remote.address}) has no "
-            f"{DEVICE_INFO_FUNC}, so its records could not say which device measured them: "
-            "start the servers with qcompile rpc-server") from None
-    info = json.loads(str(text))
+            f"the RPC servers under key {remote.key!r} (tracker {remote.address}) are of "
+            f"{len(models)} device models ({'; '.join(models)}): a key must name one, since "
+            "the tracker hands any of them a candidate to measure")
+    hosts = ",".join(sorted({device.host for device in devices}))[:255]
+    flags = frozenset.intersection(*(device.cpu_flags for device in devices))
+    return RemoteDevice(host=hosts, device_model=models[0], cpu_flags=flags)
+
+
+def _last_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
+def _checked(info: dict, remote, preset) -> RemoteDevice:
+    """One server's device info, refused when it cannot run ``preset``'s code."""
     flags = frozenset(info.get("cpu_flags") or ())
     if preset.kind == "cuda":
         if not info.get("gpu_model"):
@@ -152,7 +178,7 @@ def query_remote(remote, preset) -> RemoteDevice:
         model = info["gpu_model"]
     else:
         model = info.get("cpu_model") or "unknown"
-        missing = [flag for flag in preset.required_flags if flag not in flags]
+        missing, _ = isa.missing_flags(preset.required_flags, flags)
         if missing:
             raise TargetUnavailableError(
                 f"tuning for {preset.name} measures every candidate on the RPC server "

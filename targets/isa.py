@@ -167,13 +167,18 @@ def implied_flags(mcpu: str) -> tuple[str, ...] | None:
     return MCPU_FLAGS.get(mcpu)
 
 
-def missing_flags(needed: Iterable[str]) -> tuple[list[str], str]:
-    """The flags of ``needed`` this host lacks. Never raises.
+def missing_flags(needed: Iterable[str],
+                  flags: Iterable[str] | None = None) -> tuple[list[str], str]:
+    """The flags of ``needed`` this host (or the CPU whose ``flags`` are given) lacks. Never
+    raises.
 
     Parameters
     ----------
     needed : iterable of str
         /proc/cpuinfo flag names.
+    flags : iterable of str, optional
+        Another CPU's flags (an RPC server's, ``qcompile tune --rpc-tracker``); the returned
+        description is then "that CPU".
 
     Returns
     -------
@@ -185,8 +190,11 @@ def missing_flags(needed: Iterable[str]) -> tuple[list[str], str]:
         ``"this CPU (<model>)"`` for messages, saying which flags are hidden, or why none are
         known.
     """
-    flags = host.cpu_flags()
     needed = list(needed)
+    if flags is not None:
+        flags = frozenset(flags)
+        return [flag for flag in needed if flag not in flags], "that CPU"
+    flags = host.cpu_flags()
     if not flags:
         return needed, "this host (its /proc/cpuinfo cannot be read to check the CPU's flags)"
     missing = [flag for flag in needed if flag not in flags]
