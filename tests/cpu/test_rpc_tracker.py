@@ -198,3 +198,12 @@ def test_tune_through_a_tracker_with_two_servers(tmp_path, tracker, processes):
     # Sealed (over the remote device model), and no local-load figure for a remote run.
     assert all(row[3].startswith("v1:") for row in ok) and all(row[4] is None for row in rows)
     assert {row[5] for row in rows} == {"tune"}
+    # A build on a machine of that device model holding the key (here: this one, the tuner's
+    # host key) believes the remote measurements: nothing re-measured.
+    build = subprocess.run(
+        [sys.executable, "-m", "qcompile.cli", "build", "--target", "avx2", "--family", "uniform",
+         "--shape", "256x256", "--db", f"sqlite:///{tmp_path / 'tuning.sqlite'}",
+         "--out", str(tmp_path / "out")], env=_env(tmp_path), capture_output=True, text=True,
+        timeout=300, cwd=REPO)
+    assert build.returncode == 0, build.stderr[-3000:]
+    assert "sealed by the host key" in build.stdout, build.stdout
