@@ -48,6 +48,8 @@ from qcompile.cli_db import add_db_argument, add_db_commands, add_layer_argument
 from qcompile.errors import FormatError, SpecError, UsageError
 from qcompile.kernels import FAMILIES, get_family
 from qcompile.kernels.base import KernelSpec
+from qcompile.measure import MeasurePolicy, RemoteDevices
+from targets.host import usable_cores
 from targets.isa import require_build_host, require_tune_host
 
 DEFAULT_SHAPE = "4096x4096"
@@ -131,9 +133,6 @@ def measure_policy(args: argparse.Namespace):
                          "measure on the tracker's servers, or neither to measure here")
     if args.rpc_tracker is None:
         return None
-    from qcompile.measure import MeasurePolicy, RemoteDevices
-    from targets.host import usable_cores
-
     host, port = args.rpc_tracker
     return MeasurePolicy(build_workers=usable_cores(),
                          remote=RemoteDevices(host, port, args.rpc_key,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from qcompile.errors import TargetUnavailableError
 from targets import host, isa
+from targets.cuda import gpu_model
 
 #: The global function every ``qcompile rpc-server`` registers.
 DEVICE_INFO_FUNC = "qcompile.device_info"
@@ -32,8 +33,6 @@ QUERY_TIMEOUT_S = 30
 def device_info(name: str | None = None) -> dict:
     """What this machine measures on: its host name (``name``, else $QCOMPILE_RPC_SERVER_NAME,
     else the host's), CPU model and flags, and its first GPU's model when it has one."""
-    from targets.cuda import gpu_model
-
     try:
         gpu = gpu_model()
     except Exception:  # noqa: BLE001 - no driver, no GPU: a CPU server

@@ -166,8 +166,8 @@ def test_plain_tvm_server_is_refused(tmp_path, tracker, processes):
     """A server without qcompile.device_info cannot say which device measured: refused."""
     port = _free_port()
     processes.start("plain", ["-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
-                              "--port", str(port), "--port-end", str(port + 1), "--tracker", f"127.0.0.1:{tracker}",
-                              "--key", "plain"])
+                              "--port", str(port), "--port-end", str(port + 1),
+                              "--tracker", f"127.0.0.1:{tracker}", "--key", "plain"])
     _wait_for_servers(tracker, "plain", 1)
     result = _tune(tmp_path, tracker, "plain", "--trials", "8", timeout=120)
     _one_line(result, "has no qcompile.device_info", "start the servers with qcompile rpc-server")
