@@ -18,6 +18,7 @@ import json
 import os
 from dataclasses import dataclass, replace
 
+import targets
 from qcompile.errors import TargetUnavailableError
 from targets import host, isa
 from targets.cuda import gpu_model
@@ -37,9 +38,13 @@ def device_info(name: str | None = None) -> dict:
         gpu = gpu_model()
     except Exception:  # noqa: BLE001 - no driver, no GPU: a CPU server
         gpu = None
+    # Whether this machine's GPU runs each CUDA preset's code (its compute capability), as
+    # targets.cuda checks it: the tuner cannot probe a remote GPU.
+    cuda = {preset.name: list(preset.host_support()) for preset in targets.PRESETS.values()
+            if preset.kind == "cuda"} if gpu else {}
     return {"host": name or os.environ.get(SERVER_NAME_ENV) or host.hostname(),
             "cpu_model": host.cpu_model(), "cpu_flags": sorted(host.cpu_flags()),
-            "gpu_model": gpu}
+            "gpu_model": gpu, "cuda_support": cuda}
 
 
 def register_device_info(name: str | None = None) -> None:
@@ -175,6 +180,12 @@ def _checked(info: dict, remote, preset) -> RemoteDevice:
                 f"tuning for {preset.name} measures on a GPU, and the RPC server "
                 f"{info.get('host')} under key {remote.key!r} reports none")
         model = info["gpu_model"]
+        supported, reason = (info.get("cuda_support") or {}).get(
+            preset.name, (False, f"it does not know the preset {preset.name}"))
+        if not supported:
+            raise TargetUnavailableError(
+                f"tuning for {preset.name} measures on the RPC server {info.get('host')}'s GPU "
+                f"({model}, key {remote.key!r}), which cannot run its code: {reason}")
     else:
         model = info.get("cpu_model") or "unknown"
         missing, _ = isa.missing_flags(preset.required_flags, flags)
