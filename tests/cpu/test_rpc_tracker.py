@@ -207,3 +207,19 @@ def test_tune_through_a_tracker_with_two_servers(tmp_path, tracker, processes):
         timeout=300, cwd=REPO)
     assert build.returncode == 0, build.stderr[-3000:]
     assert "sealed by the host key" in build.stdout, build.stdout
+
+
+@pytest.mark.slow
+def test_mixed_operands_are_made_on_the_remote(tmp_path, tracker, processes):
+    """The mixed family's own allocator (valid order/CSR operands, not random ones) makes its
+    arrays on the server through the session: every candidate runs there."""
+    processes.start("remote-m", ["-m", "qcompile.cli", "rpc-server", "--tracker",
+                                 f"127.0.0.1:{tracker}", "--key", "mixed", "--port",
+                                 str(_free_port()), "--name", "rpc-mixed"])
+    _wait_for_servers(tracker, "mixed", 1)
+    result = _tune(tmp_path, tracker, "mixed", "--trials", "8", "--family", "mixed")
+    assert result.returncode == 0, result.stderr[-3000:]
+    with sqlite3.connect(tmp_path / "tuning.sqlite") as db:
+        rows = db.execute("SELECT host, status, error FROM tuning_records").fetchall()
+    assert len(rows) == 8 and {row[0] for row in rows} == {"rpc-mixed"}, rows
+    assert all(row[1] == "ok" for row in rows), rows
