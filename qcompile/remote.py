@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import targets
 from qcompile.errors import TargetUnavailableError
@@ -27,6 +27,8 @@ from targets.cuda import gpu_model
 DEVICE_INFO_FUNC = "qcompile.device_info"
 #: Overrides the host name a server reports (tests tell their servers apart by it).
 SERVER_NAME_ENV = "QCOMPILE_RPC_SERVER_NAME"
+#: The CPU hardware numbers a server reports (``CpuPreset.hardware``'s arguments).
+CPU_HARDWARE_KEYS = ("cores", "l1d_bytes", "l2_bytes", "l3_bytes")
 #: How long the tuner's device-info session may last (seconds).
 QUERY_TIMEOUT_S = 30
 
@@ -42,8 +44,12 @@ def device_info(name: str | None = None) -> dict:
     # targets.cuda checks it: the tuner cannot probe a remote GPU.
     cuda = {preset.name: list(preset.host_support()) for preset in targets.PRESETS.values()
             if preset.kind == "cuda"} if gpu else {}
+    # The CPU's cores and caches (any CPU preset's model: they are the host's, $QCOMPILE_HW
+    # included): the tuner's design space and target (num-cores) are the server's, not its own.
+    cpu = next(p for p in targets.PRESETS.values() if p.kind == "cpu").hardware()
     return {"host": name or os.environ.get(SERVER_NAME_ENV) or host.hostname(),
             "cpu_model": host.cpu_model(), "cpu_flags": sorted(host.cpu_flags()),
+            "cpu_hardware": {key: getattr(cpu, key) for key in CPU_HARDWARE_KEYS},
             "gpu_model": gpu, "cuda_support": cuda}
 
 
@@ -85,6 +91,16 @@ class RemoteDevice:
     host: str
     device_model: str
     cpu_flags: frozenset[str]
+    #: The server's cores and cache sizes (``CpuPreset.hardware``'s arguments); empty: unknown.
+    cpu_hardware: dict = field(default_factory=dict)
+
+    def hardware(self, preset):
+        """``preset``'s hardware model of the remote machine (a CPU preset's cores and caches
+        are the server's; a CUDA preset's model is fixed)."""
+        if preset.kind != "cpu":
+            return preset.hardware()
+        return preset.hardware(**{key: int(value) for key, value in self.cpu_hardware.items()
+                                  if key in CPU_HARDWARE_KEYS and value})
 
     def describe(self) -> str:
         return f"{self.host} ({self.device_model})"
@@ -163,7 +179,11 @@ def query_remote(remote, preset) -> RemoteDevice:
             "the tracker hands any of them a candidate to measure")
     hosts = ",".join(sorted({device.host for device in devices}))[:255]
     flags = frozenset.intersection(*(device.cpu_flags for device in devices))
-    return RemoteDevice(host=hosts, device_model=models[0], cpu_flags=flags)
+    # One model: the same cores and caches, unless overridden on a server; take the smallest.
+    numbers = {key: min(device.cpu_hardware.get(key) or 0 for device in devices)
+               for key in CPU_HARDWARE_KEYS}
+    return RemoteDevice(host=hosts, device_model=models[0], cpu_flags=flags,
+                        cpu_hardware={key: value for key, value in numbers.items() if value})
 
 
 def _last_line(error: BaseException) -> str:
@@ -195,7 +215,7 @@ def _checked(info: dict, remote, preset) -> RemoteDevice:
                 f"{info.get('host')} ({model}, key {remote.key!r}), and its CPU lacks "
                 f"{', '.join(missing)}")
     return RemoteDevice(host=str(info.get("host") or "unknown"), device_model=model,
-                        cpu_flags=flags)
+                        cpu_flags=flags, cpu_hardware=dict(info.get("cpu_hardware") or {}))
 
 
 def remote_provenance(device: RemoteDevice):

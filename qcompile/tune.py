@@ -190,15 +190,20 @@ def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: 
     _tvm.quiet_meta_schedule()
     layers = layers or Layers.single(storage or Storage())
     storage = layers.writer
-    hw = hw or preset.hardware()
-    target = _tvm.Target(preset.tvm_target(hw))
-    cores = getattr(hw, "cores", None) or usable_cores()  # a GPU model has no cores: the host's
-    policy = policy or MeasurePolicy(build_workers=cores)
-    remote = policy.remote
-    measured_on = ""
+    remote = policy.remote if policy is not None else None
+    device = None
     if remote is not None:
         progress.set_phase(f"asking the RPC tracker {remote.address} for a device")
         device = query_remote(remote, preset)
+    # The measuring machine's model: the RPC servers' cores and caches when measured there.
+    hw = hw or (device.hardware(preset) if device is not None else preset.hardware())
+    target = _tvm.Target(preset.tvm_target(hw))
+    cores = getattr(hw, "cores", None) or usable_cores()  # a GPU model has no cores: the host's
+    if device is not None:
+        cores = usable_cores()  # the search and the builds run here
+    policy = policy or MeasurePolicy(build_workers=cores)
+    measured_on = ""
+    if device is not None:
         provenance, device_model = remote_provenance(device), device.device_model
         measured_on = f"{device.describe()} via the RPC tracker {remote.address}, key {remote.key}"
     else:

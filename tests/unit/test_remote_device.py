@@ -51,3 +51,16 @@ def test_cuda_needs_a_remote_gpu_that_runs_the_preset():
     device = _checked({**base, "gpu_model": "GPU", "cuda_support": {preset.name: [True, "ok"]}},
                       REMOTE, preset)
     assert device.device_model == "GPU"
+
+
+def test_the_design_space_sees_the_remote_cores_and_caches():
+    info = {"host": "r", "cpu_model": "Big CPU", "cpu_flags": list(targets.get("avx2")
+                                                                    .required_flags),
+            "cpu_hardware": {"cores": 96, "l1d_bytes": 48 << 10, "l2_bytes": 2 << 20,
+                             "l3_bytes": 256 << 20}}
+    preset = targets.get("avx2")
+    hw = _checked(info, REMOTE, preset).hardware(preset)
+    assert (hw.cores, hw.l1d_bytes, hw.l2_bytes, hw.l3_bytes) == (96, 48 << 10, 2 << 20,
+                                                                  256 << 20)
+    assert preset.tvm_target(hw)["num-cores"] == 96
+    assert set(device_info()["cpu_hardware"]) == {"cores", "l1d_bytes", "l2_bytes", "l3_bytes"}
