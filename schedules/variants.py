@@ -41,6 +41,7 @@ from qcompile.kernels.mixed.compute_cuda_int8 import mixed_compute_cuda_int8
 from qcompile.kernels.mixed.compute_int8 import mixed_compute_int8
 from qcompile.kernels.uniform import compute_cuda_gemv_int8 as uniform_gemv
 from qcompile.kernels.uniform import compute_cuda_mma as uniform_mma
+from qcompile.kernels.uniform import compute_cuda_mma_f16 as uniform_mma_f16
 from qcompile.kernels.uniform.compute import uniform_compute
 from qcompile.kernels.uniform.compute_cuda import uniform_compute_cuda
 from qcompile.kernels.uniform.compute_cuda_int8 import uniform_compute_cuda_int8
@@ -59,6 +60,7 @@ from schedules.cuda import uniform as cuda_uniform
 from schedules.cuda import uniform_gemv_int8 as cuda_uniform_gemv_int8
 from schedules.cuda import uniform_int8 as cuda_uniform_int8
 from schedules.cuda import uniform_mma as cuda_uniform_mma
+from schedules.cuda import uniform_mma_f16 as cuda_uniform_mma_f16
 
 TARGET_CLASSES = ("cpu", "cuda")
 
@@ -154,6 +156,10 @@ def _uniform_mma_tiles(spec, func) -> dict:
                                     uniform_mma.TILES_PER_WARP)
 
 
+def _uniform_mma_f16(spec, func) -> dict:
+    return uniform_layout.mma_f16(spec.bits)
+
+
 def _bcq_rotated_chunks(spec, func) -> dict:
     return bcq_layout.layout(spec.effective_group_size)
 
@@ -188,6 +194,13 @@ VARIANTS: tuple[Variant, ...] = (
             heuristic=cpu_uniform_int8.heuristic_schedule, mutator="categorical",
             population=CPU_CATEGORICAL_POPULATION, layout=_uniform_tiles,
             intrinsics=int8_dot.register),
+    # fp16/bf16 x on tensor cores, where the mma_f16 layout fits.
+    Variant("uniform_cuda_mma_f16", "uniform", "cuda",
+            fit=_problems(uniform_mma_f16.problems_with),
+            compute=uniform_mma_f16.uniform_compute_cuda_mma_f16,
+            space=cuda_uniform_mma_f16.design_space,
+            heuristic=cuda_uniform_mma_f16.heuristic_schedule, mutator="categorical",
+            layout=_uniform_mma_f16),
     Variant("uniform_cuda", "uniform", "cuda", fit=_float_activations,
             compute=uniform_compute_cuda, space=cuda_uniform.design_space,
             heuristic=cuda_uniform.heuristic_schedule, mutator="categorical",

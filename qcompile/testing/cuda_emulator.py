@@ -13,7 +13,9 @@ barriers, the cross-thread reduction TVM lowers to shuffles, the decode arithmet
 as the GPU computes it (x86 SSE float32 with FMA contraction off differs from the GPU's fused
 multiply-adds only in rounding). What it cannot: speed, memory coalescing, register pressure
 (ptxas reports those: see :func:`ptxas_report`), and GPU-only intrinsics beyond the ones the
-prelude provides (an unknown one is a compile error here, not a silent difference).
+prelude provides (an unknown one is a compile error here, not a silent difference). Of the
+tensor-core instructions it runs ``mma.sync`` m16n8k16 with fp16/bf16 operands and float32
+sums (:func:`emulate_mma`), the warp's lanes exchanging their fragments as the hardware does.
 
 Only small launches are practical (each block starts its threads): tests use shapes of a few
 hundred rows and columns.
@@ -86,8 +88,10 @@ inline int __dp4a(int a, int b, int c) {  // sum of the signed byte products, pl
 inline float __fdiv_rn(float a, float b) { return a / b; }  // IEEE division, as on the GPU
 inline float __half2float(half h) { return (float)h; }
 inline half __float2half(float f) { return half(f); }
+inline half __float2half_rn(float f) { return half(f); }
 inline float __bfloat162float(nv_bfloat16 h) { return (float)h; }
 inline nv_bfloat16 __float2bfloat16(float f) { return nv_bfloat16(f); }
+inline nv_bfloat16 __float2bfloat16_rn(float f) { return nv_bfloat16(f); }
 
 #define QC_VEC2(T, N) struct alignas(sizeof(T) * 2) N##2 { T x, y; }; \
   inline N##2 make_##N##2(T x, T y) { return N##2{x, y}; }
@@ -103,6 +107,9 @@ using bfloat164 = nv_bfloat164;
 #define ushort unsigned short
 
 namespace qc_emu {
+struct Fragments {  // one warp's mma operands, each lane's registers (see mma_m16n8k16)
+  uint32_t a[32][4], b[32][2];
+};
 struct Warp {
   std::unique_ptr<std::barrier<>> bar;
   // shuffles whose mask names part of the warp meet at a barrier of that part only (the other
@@ -110,6 +117,7 @@ struct Warp {
   std::map<unsigned, std::unique_ptr<std::barrier<>>> part_bars;
   std::unique_ptr<std::mutex> part_lock = std::make_unique<std::mutex>();
   uint64_t slots[32];
+  Fragments fragments;
   int size = 0;
 };
 struct Block {
@@ -141,6 +149,45 @@ template <class T> T exchange(T var, int src, unsigned mask) {
   if (src >= 0 && src < warp->size) std::memcpy(&out, &warp->slots[src], sizeof(T));
   bar->arrive_and_wait();
   return out;
+}
+
+inline float half_bits(uint32_t bits, bool bf16) {
+  if (bf16) { uint32_t u = bits << 16; float f; std::memcpy(&f, &u, 4); return f; }
+  uint16_t h = (uint16_t)bits; _Float16 v; std::memcpy(&v, &h, 2); return (float)v;
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: D = A (16 x 16) B (16 x 8) + C, each
+// lane holding its registers of the PTX fragment layouts (lane l: g = l / 4, t = l % 4; A
+// registers (row g, cols 2t, 2t+1), (g+8, same), (g, 2t+8, 2t+9), (g+8, same); B registers
+// (rows 2t, 2t+1 of col g), (rows 2t+8, 2t+9); C and D (g, 2t), (g, 2t+1), (g+8, 2t),
+// (g+8, 2t+1)). The lanes meet to exchange A and B; products are exact in float, summed in
+// double and rounded once.
+inline void mma_m16n8k16(bool bf16, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                         uint32_t b0, uint32_t b1, float c0, float c1, float c2, float c3,
+                         float* d0, float* d1, float* d2, float* d3) {
+  Fragments& f = warp->fragments;
+  f.a[lane][0] = a0; f.a[lane][1] = a1; f.a[lane][2] = a2; f.a[lane][3] = a3;
+  f.b[lane][0] = b0; f.b[lane][1] = b1;
+  warp->bar->arrive_and_wait();
+  auto a_at = [&](int r, int k) {
+    uint32_t reg = f.a[4 * (r % 8) + (k % 8) / 2][(r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)];
+    return half_bits(k % 2 ? reg >> 16 : reg & 0xffffu, bf16);
+  };
+  auto b_at = [&](int k, int c) {
+    uint32_t reg = f.b[4 * c + (k % 8) / 2][k >= 8 ? 1 : 0];
+    return half_bits(k % 2 ? reg >> 16 : reg & 0xffffu, bf16);
+  };
+  const int g = lane / 4, t = lane % 4;
+  const float c[4] = {c0, c1, c2, c3};
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    double sum = c[i];
+    for (int k = 0; k < 16; ++k) sum += (double)a_at(row, k) * (double)b_at(k, col);
+    out[i] = (float)sum;
+  }
+  warp->bar->arrive_and_wait();
+  *d0 = out[0]; *d1 = out[1]; *d2 = out[2]; *d3 = out[3];
 }
 
 template <class F> void run_grid(int gx, int gy, int gz, int bx, int by, int bz, F kernel) {
@@ -290,6 +337,42 @@ def kernel_source(cuda_source: str) -> tuple[str, str, list[Param]]:
     return cuda_source[start:], match.group(1), params
 
 
+_MMA = re.compile(
+    r'__asm__ __volatile__\(\s*"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.(f16|bf16)\.\1'
+    r'\.f32"\s*"[^"]*"\s*:')
+_OPERAND = re.compile(r'"=?[rf]"\(')
+
+
+def _balanced(text: str, start: int) -> int:
+    """Index just past the parenthesis that closes the one opened before ``start``."""
+    depth = 1
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i + 1
+    raise ValueError("unbalanced parentheses in an mma statement")
+
+
+def emulate_mma(code: str) -> str:
+    """Replace each ``mma.sync`` m16n8k16 (fp16/bf16 in, float32 out) inline-PTX statement
+    TVM writes with a call of the prelude's warp-collective ``mma_m16n8k16``."""
+    while (match := _MMA.search(code)) is not None:
+        operands, position = [], match.end()
+        while len(operands) < 14:
+            found = _OPERAND.search(code, position)
+            if found is None:
+                raise ValueError("an mma statement with fewer than 14 operands")
+            end = _balanced(code, found.end())
+            operands.append(code[found.end():end - 1])
+            position = end
+        close = code.index(";", position)
+        d, a, b, c = operands[:4], operands[4:8], operands[8:10], operands[10:]
+        call = (f"qc_emu::mma_m16n8k16({'true' if match.group(1) == 'bf16' else 'false'}, "
+                + ", ".join(a + b + c + [f"&({x})" for x in d]) + ")")
+        code = code[:match.start()] + call + code[close:]
+    return code
+
+
 def compile_emulated(cuda_source: str, extents: dict[str, int],
                      cache_dir: str | Path | None = None) -> EmulatedKernel:
     """Compile generated CUDA C into an :class:`EmulatedKernel` (cached by source hash)."""
@@ -300,6 +383,7 @@ def compile_emulated(cuda_source: str, extents: dict[str, int],
                f'{name}({casts}); }});\n}}\n')
     # `static alignas(n)` is how C++ spells CUDA's `__shared__ alignas(n)`.
     code = re.sub(r"__shared__\s+(alignas\(\d+\))", r"\1 static", code)
+    code = emulate_mma(code)
     text = _PRELUDE + code + wrapper
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     cache = Path(cache_dir or Path(tempfile.gettempdir()) / f"qcompile-cuda-emu-{os.getuid()}")

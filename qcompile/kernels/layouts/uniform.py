@@ -46,6 +46,11 @@ PLANE_WORDS = "plane_words"
 #: warp in compute_cuda_mma.scale_position's order.
 MMA_TILES = "mma_tiles"
 
+#: The fp16/bf16 tensor-core kernel's operands (compute_cuda_mma_f16.py): codes int32
+#: [N/8, K/128, 32 b], each lane's b words of a unit and tile in word_position's order (two codes
+#: 16 bits apart per fragment register), scales and zeros as in :data:`MMA_TILES`.
+MMA_F16 = "mma_f16"
+
 #: Operands the layout rewrites, with the block that reads each.
 _OPERANDS = (("qweight", "group_dot"), ("scales", "combine"), ("zeros", "combine"))
 
@@ -65,6 +70,11 @@ def mma_tiles(bits: int, group_units: int, tiles: int) -> dict:
     "tiles": t}`` (:data:`MMA_TILES`; ``tiles``: 8-column tiles per warp)."""
     return {"kind": MMA_TILES, "bits": int(bits), "group_units": int(group_units),
             "tiles": int(tiles)}
+
+
+def mma_f16(bits: int) -> dict:
+    """The layout descriptor ``{"kind": "mma_f16", "bits": b}`` (:data:`MMA_F16`)."""
+    return {"kind": MMA_F16, "bits": int(bits)}
 
 
 def apply(sch, n: int, tile_n: int) -> None:
@@ -135,9 +145,11 @@ def pack(tensors: dict, layout: dict | None) -> dict:
         return {**tensors, "qweight": plane_words_of(tensors["qweight"])}
     if layout.get("kind") == MMA_TILES:
         return {**tensors, **_mma_tiles_of(tensors, layout)}
+    if layout.get("kind") == MMA_F16:
+        return {**tensors, **_mma_f16_of(tensors, int(layout["bits"]))}
     if layout.get("kind") != N_TILED:
         raise SpecError(f"unknown weight layout {layout!r}; known: {N_TILED}, {PLANE_WORDS}, "
-                        f"{MMA_TILES}")
+                        f"{MMA_TILES}, {MMA_F16}")
     tile = int(layout["tile_n"])
     out = dict(tensors)
     for name, _ in _OPERANDS:
@@ -196,23 +208,62 @@ def _mma_tiles_of(tensors: dict, layout: dict) -> dict:
         raise SpecError(f"layout {MMA_TILES}: {units} words along K must be whole groups of "
                         f"{per_group} and N={n} whole warps of {columns} columns")
 
-    def reorder(t, position, width):
-        """Last dimension of ``t`` (a multiple of ``width``): element i of each run of
-        ``width`` moves to ``position(i)``."""
-        order = [0] * width
-        for i in range(width):
-            order[position(i)] = i
-        runs = t.reshape(*t.shape[:-1], t.shape[-1] // width, width)
-        index = torch.tensor(order, device=t.device)
-        return runs.index_select(-1, index).reshape(t.shape).contiguous()
-
     # [U, N] -> [G, N/8, 8 columns, group_units], then each tile's words in word_position order
     tiled = (words.reshape(units // per_group, per_group, n // TILE_N, TILE_N)
              .permute(0, 2, 3, 1).reshape(units // per_group, n // TILE_N, TILE_N * per_group))
-    qweight = reorder(tiled, lambda i: word_position(i // per_group, i % per_group, bits,
+    qweight = _reorder_runs(tiled, lambda i: word_position(i // per_group, i % per_group, bits,
                                                      per_group), TILE_N * per_group)
     return {"qweight": qweight,
-            **{name: reorder(tensors[name], scale_position, columns)
+            **{name: _reorder_runs(tensors[name], scale_position, columns)
+               for name in ("scales", "zeros")}}
+
+
+def _reorder_runs(t, position, width):
+    """Last dimension of ``t`` (torch, a multiple of ``width``): element i of each run of
+    ``width`` moves to ``position(i)`` (new memory)."""
+    import torch
+
+    order = [0] * width
+    for i in range(width):
+        order[position(i)] = i
+    runs = t.reshape(*t.shape[:-1], t.shape[-1] // width, width)
+    index = torch.tensor(order, device=t.device)
+    return runs.index_select(-1, index).reshape(t.shape).contiguous()
+
+
+def _mma_f16_of(tensors: dict, bits: int) -> dict:
+    """GPTQ operands (qweight int32 [K*b/32, N], scales float16 and zeros uint8 [G, N]; torch)
+    -> ``qweight`` int32 [N/8, K/128, 32 b] in compute_cuda_mma_f16.word_position's order,
+    ``scales`` and ``zeros`` in compute_cuda_mma.scale_position's (new memory)."""
+    import numpy as np
+    import torch
+
+    from qcompile.formats import bitpack
+    from qcompile.kernels.uniform.compute_cuda_mma import TILE_N, WARP_COLUMNS, scale_position
+    from qcompile.kernels.uniform.compute_cuda_mma_f16 import UNIT_ROWS, code_row, word_position
+
+    packed = tensors["qweight"]
+    if packed.dim() != 2 or packed.dtype != torch.int32:
+        raise SpecError(f"layout {MMA_F16} packs GPTQ's qweight, int32 [K*b/32, N]; got "
+                        f"{packed.dtype} {list(packed.shape)}")
+    codes = bitpack.unpack(packed.cpu().numpy(), bits)                 # int32 [K, N]
+    k, n = codes.shape
+    if k % UNIT_ROWS or n % WARP_COLUMNS:
+        raise SpecError(f"layout {MMA_F16}: K={k} must be a multiple of {UNIT_ROWS} and "
+                        f"N={n} of {WARP_COLUMNS}")
+    # words [N/8, K/128, 32 b]: word w of lane l (column l/4 of its tile) ORs its fields' codes
+    words = np.zeros((n // TILE_N, k // UNIT_ROWS, 32 * bits), dtype=np.uint32)
+    by_unit = codes.reshape(k // UNIT_ROWS, UNIT_ROWS, n // TILE_N, TILE_N).astype(np.uint32)
+    for lane in range(32):
+        for word in range(bits):
+            value = np.zeros((k // UNIT_ROWS, n // TILE_N), dtype=np.uint32)
+            for field in range(32 // bits):
+                row = code_row(lane, word, field, bits)
+                value |= by_unit[:, row, :, lane // 4] << np.uint32(field * bits)
+            words[:, :, word_position(lane, word, bits)] = value.T
+    device = packed.device
+    return {"qweight": torch.from_numpy(words.view(np.int32)).to(device),
+            **{name: _reorder_runs(tensors[name], scale_position, WARP_COLUMNS)
                for name in ("scales", "zeros")}}
 
 
@@ -221,6 +272,8 @@ def describe(layout: dict | None) -> str:
         return "gptq [K*b/32, N]"
     if layout.get("kind") == PLANE_WORDS:
         return f"{PLANE_WORDS} (byte planes as int32 words [U, P, N])"
+    if layout.get("kind") == MMA_F16:
+        return f"{MMA_F16} (two codes per half2 register, words [N/8, K/128, 32 b])"
     if layout.get("kind") == MMA_TILES:
         return (f"{MMA_TILES} (words per group and 8-column tile [G, N/8, "
                 f"{8 * layout['group_units']}], {layout['tiles']} tiles per warp)")
