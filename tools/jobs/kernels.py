@@ -32,7 +32,8 @@ from tools.harness.cpu_timing import interleaved, median, paired_ratio
 from tools.harness.loading import load
 
 FAMILIES = ("uniform", "bcq", "mixed")
-ACTIVATIONS = ("float32", "int8")
+#: float32 x, int8 x (the integer dot-product kernels), and x as models hand it to the GPU.
+ACTIVATIONS = ("float32", "int8", "float16", "bfloat16")
 CPU_SHAPES = "4096x4096,4096x11008,11008x4096,8192x28672"
 CUDA_SHAPES = "4096x4096,8192x8192,8192x28672,28672x8192"
 OUTLIER_SHARES = "0,0.002,0.005,0.015"
@@ -43,6 +44,9 @@ PRESETS = {
                 group_sizes="128,-1", threads="1,2", activations="float32,int8", rounds=7),
     "cuda": dict(family="uniform", target="cuda", shapes=CUDA_SHAPES, batches="1,4,16",
                  bits="4", group_sizes="128", rounds=15),
+    "cuda-f16": dict(family="uniform", target="cuda", shapes=CUDA_SHAPES,
+                     batches="1,2,4,8,16", bits="4", group_sizes="128",
+                     activations="float16,bfloat16", rounds=15),
     "bcq-cpu": dict(family="uniform,bcq", target="avx2", shapes="4096x11008,8192x28672",
                     bits="2,3,4", group_sizes="128", threads="2", rounds=9),
     "bcq-cuda": dict(family="bcq", target="cuda", shapes="7168x28672", bits="3", mus="4,8",
@@ -67,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group-sizes", default="128", type=cli.ints,
                         help="group sizes (-1: one group per column)")
     parser.add_argument("--activations", default="float32", type=cli.choices(*ACTIVATIONS),
-                        help="float32 and/or int8 (the integer dot-product kernels)")
+                        help="float32, int8 (the integer dot-product kernels), float16, "
+                             "bfloat16 (x as the model hands it)")
     parser.add_argument("--mus", default="8", type=cli.ints, help="bcq: table widths mu")
     parser.add_argument("--outlier-shares", default="0.002", type=cli.floats,
                         help="mixed: fp16 outlier shares")
@@ -107,8 +112,9 @@ def workloads(args) -> tuple[list, list[str]]:
     for family, (k, n), m, activations in itertools.product(
             args.family, args.shapes, args.batches, args.activations):
         int8 = activations == "int8"
+        dtype = activations if activations in ("float16", "bfloat16") else "float32"
         if family == "uniform":
-            makers = [(UniformSpec, dict(k=k, n=n, m=m, bits=b, group_size=g,
+            makers = [(UniformSpec, dict(k=k, n=n, m=m, bits=b, group_size=g, dtype=dtype,
                                          int8_activations=int8))
                       for b, g in itertools.product(args.bits, args.group_sizes)]
         elif family == "bcq":
@@ -144,7 +150,7 @@ def _by_workload(specs: list) -> list:
 
 
 def _activations(spec) -> str:
-    return "int8" if getattr(spec, "int8_activations", False) else "float32"
+    return "int8" if getattr(spec, "int8_activations", False) else spec.dtype
 
 
 def _ours(spec, args, x_np, rng, device: str):
@@ -159,9 +165,9 @@ def _ours(spec, args, x_np, rng, device: str):
                           tune_trials=args.tune_trials)
     tensors = family.example_tensors(spec, rng)
     prepared = kernel.prepare(**tensors)
-    x = torch.from_numpy(x_np)
+    x = torch.from_numpy(x_np).to(getattr(torch, spec.dtype))
     x = x.cuda() if device == "cuda" else kernel_ready(x)
-    y = torch.full((spec.m, spec.n), float("nan"), device=x.device)
+    y = torch.full((spec.m, spec.n), float("nan"), device=x.device, dtype=x.dtype)
     kernel.function(x, *prepared.tensors, y)
     if device == "cuda":
         torch.cuda.synchronize()
@@ -169,7 +175,7 @@ def _ours(spec, args, x_np, rng, device: str):
            "activations": _activations(spec), "origin": origin, "layout": kernel.layout,
            "bytes_read": family.bytes_read(spec)}
     expected = reference.expected(spec, x_np, tensors)
-    row["max_rel_error"] = reference.check(spec.name(), y, expected)
+    row["max_rel_error"] = reference.check(spec.name(), y, expected, spec.dtype)
     if row["activations"] == "int8":  # the price of rounding x
         row["max_rel_error_vs_float_x"] = reference.rel_error(
             y, family.reference(spec, x_np.astype(np.float64), **tensors))
@@ -259,7 +265,9 @@ def run_cuda(args, specs) -> dict:
     rng = np.random.default_rng(0)
     for (k, _, m), group in itertools.groupby(_by_workload(specs), key=_workload):
         group = list(group)
-        x_np = rng.standard_normal((m, k)).astype(np.float32)
+        # x on a grid of 1/32: fp16 and bf16 hold it exactly, so every implementation (ours
+        # in each activation dtype, and the peers) multiplies the same x
+        x_np = (np.round(rng.standard_normal((m, k)) * 32) / 32).astype(np.float32)
         timers, base = [], {}
         for spec in group:
             calls, row, weight = _ours(spec, args, x_np, rng, "cuda")

@@ -188,7 +188,6 @@ def _mma_tiles_of(tensors: dict, layout: dict) -> dict:
     """GPTQ operands (codes as the dp4a kernel's byte planes uint8 [U, 1, N, 4], scales
     float16 and zeros uint8 [G, N]; torch) -> ``qweight`` int32 [G, N/8, 8 * group_units],
     ``scales`` and ``zeros`` [G, N] in the :data:`MMA_TILES` orders (new memory)."""
-    import torch
 
     from qcompile.kernels.uniform.compute_cuda_mma import (
         TILE_N,

@@ -1,0 +1,156 @@
+"""The uniform family's fp16/bf16 tensor-core kernel (mma.sync m16n8k16), built here without a
+GPU: which specs take it and why others do not, the generated CUDA (the mma of the activation
+dtype, one kernel, no spills at the large shapes), the mma_f16 packing, and the numbers, run on
+the CPU emulator (its m16n8k16 exchanges the lanes' fragments as the warp does) against the
+float64 product for each bit width, group size and activation dtype. The GPU runs the same
+checks at full size (tests/cuda/test_uniform_mma_f16_cuda.py)."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import targets
+from qcompile import _tvm
+from qcompile.build import build_untuned
+from qcompile.errors import SpecError
+from qcompile.formats import bitpack
+from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels.layouts import uniform as layout
+from qcompile.kernels.tir.attrs import COMPUTE_ATTR
+from qcompile.kernels.uniform.compute_cuda_mma_f16 import (
+    COMPUTE_NAME,
+    UNIT_ROWS,
+    check_spec,
+    code_row,
+    k_split,
+    word_position,
+)
+from qcompile.testing.cuda_emulator import aligned, emulate, ptxas_report
+from schedules import untuned_schedule
+from schedules.variants import choose, compute_for
+
+FAMILY = get_family("uniform")
+PRESET = targets.get("cuda")
+HW = PRESET.hardware()
+TARGET = _tvm.Target(PRESET.tvm_target())
+TOLERANCE = {"float16": 2e-3, "bfloat16": 1e-2}
+
+
+def scheduled(spec):
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
+    return untuned_schedule(_tvm.Schedule(mod), spec, "cuda", HW)
+
+
+def cuda_source(spec) -> str:
+    lib = _tvm.tvm.compile(scheduled(spec).mod, target=TARGET)
+    (device,) = [m for m in lib.mod.imports if m.kind == "cuda"]
+    return device.inspect_source()
+
+
+def test_half_activations_take_tensor_cores_where_the_layout_fits():
+    def variant(**kw):
+        return choose(UniformSpec(**{"k": 4096, "n": 4096, "dtype": "float16", **kw}),
+                      "cuda").name
+
+    for fields in ({"m": 1}, {"m": 16}, {"m": 7, "dtype": "bfloat16"}, {"bits": 2},
+                   {"bits": 8}, {"group_size": 32}, {"group_size": -1}):
+        assert variant(**fields) == "uniform_cuda_mma_f16", fields
+    for fields in ({"dtype": "float32"}, {"m": 17}, {"bits": 3}, {"act_order": True},
+                   {"bits": 8, "dtype": "bfloat16"}, {"n": 4104}):
+        assert variant(**fields) == "uniform_cuda", fields
+    spec = UniformSpec(k=4096, n=4096, m=16, dtype="bfloat16")
+    assert compute_for(spec, "cuda").attrs[COMPUTE_ATTR] == COMPUTE_NAME
+
+
+def test_rules_name_the_numbers():
+    with pytest.raises(SpecError, match=r"bits=3 must be one of \(2, 4, 8\).*M=17 must be at "
+                                        r"most 16"):
+        check_spec(UniformSpec(k=1024, n=1024, m=17, bits=3, dtype="float16"))
+    with pytest.raises(SpecError, match=r"N=1040 must be a multiple of 32"):
+        check_spec(UniformSpec(k=1024, n=1040, dtype="float16"))
+    with pytest.raises(SpecError, match=r"8-bit codes need fp16 x"):
+        check_spec(UniformSpec(k=1024, n=1024, bits=8, dtype="bfloat16"))
+    with pytest.raises(SpecError, match=r"dtype=float32 must be float16 or bfloat16"):
+        check_spec(UniformSpec(k=1024, n=1024))
+    with pytest.raises(SpecError, match=r"K=1056 must be a multiple of 128"):
+        check_spec(UniformSpec(k=1056, n=1024, group_size=32, dtype="float16"))
+
+
+def test_k_split_fills_the_gpu_within_the_units():
+    def split(k, n):
+        return k_split(UniformSpec(k=k, n=n, m=16, dtype="float16"))
+
+    assert (split(8192, 28672), split(28672, 8192), split(4096, 4096)) == (2, 8, 16)
+    assert split(512, 4096) == 2                               # 4 units: 2 per warp at least
+
+
+@pytest.mark.parametrize("m,bits,dtype", [(16, 4, "float16"), (1, 4, "bfloat16"),
+                                          (16, 2, "float16")])
+def test_generated_kernel_uses_mma_without_spills(m, bits, dtype):
+    spec = UniformSpec(k=8192, n=28672, m=m, bits=bits, dtype=dtype)
+    source = cuda_source(spec)
+    kind = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32" in source
+    assert len(re.findall(r'extern "C" __global__[^;{]*\{', source)) == 1
+    kernel = source[source.index('extern "C" __global__'):]
+    assert not re.search(r"int2half|int2bfloat16|\((half|nv_bfloat16)\)\(+u?int", kernel)
+    report = ptxas_report(source, arch=HW.arch)
+    if report is None:
+        pytest.skip("nvcc is not installed: ptxas cannot report registers")
+    assert report["spill_stores"] == 0 and report["stack_bytes"] == 0
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_mma_f16_puts_every_code_where_its_lane_decodes_it(bits):
+    """Packed for the kernel, qweight [N/8, K/128, 32 b]: field f of word w of lane l holds
+    the code of column l/4 at the unit's row code_row(l, w, f), and those rows are the
+    fragment's: per step, rows 2t, 2t+1 (register b0) and 2t+8, 2t+9 (b1) of lane t = l % 4."""
+    spec = UniformSpec(k=256, n=64, m=4, bits=bits, dtype="float16")
+    tensors = FAMILY.example_tensors(spec, np.random.default_rng(bits))
+    prepared = FAMILY.prepare(spec, **tensors, layout=layout.mma_f16(bits))
+    packed = prepared.tensors[0].numpy().view(np.uint32)
+    codes = bitpack.unpack(tensors["qweight"], bits)            # [K, N]
+    assert packed.shape == (spec.n // 8, spec.k // UNIT_ROWS, 32 * bits)
+    for lane in range(32):
+        rows = sorted(code_row(lane, w, f, bits) for w in range(bits) for f in range(32 // bits))
+        t = lane % 4
+        assert rows == sorted(16 * s + 8 * h + 2 * t + e
+                              for s in range(8) for h in (0, 1) for e in (0, 1))
+        for w in range(bits):
+            for f in range(32 // bits):
+                got = packed[:, :, word_position(lane, w, bits)] >> np.uint32(f * bits)
+                want = codes[code_row(lane, w, f, bits)::UNIT_ROWS, lane // 4::8].T
+                np.testing.assert_array_equal(got & np.uint32((1 << bits) - 1), want)
+
+
+@pytest.mark.parametrize(("m", "bits", "group_size", "dtype", "k", "n"), [
+    (3, 4, 128, "float16", 512, 64), (16, 4, 128, "bfloat16", 512, 64),
+    (1, 2, 32, "float16", 512, 64), (9, 8, -1, "float16", 512, 64),
+    (16, 2, 64, "bfloat16", 1024, 32), (5, 4, 32, "float16", 256, 96)])
+def test_emulated_kernel_matches_the_float64_product(m, bits, group_size, dtype, k, n):
+    spec = UniformSpec(k=k, n=n, m=m, bits=bits, group_size=group_size, dtype=dtype)
+    tensors = FAMILY.example_tensors(spec, np.random.default_rng(m))
+    prepared = FAMILY.prepare(spec, **tensors, layout=layout.mma_f16(bits))
+    operands = dict(zip(prepared.names, (t.numpy() for t in prepared.tensors), strict=True))
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(getattr(torch, dtype))
+    bits16 = np.float16 if dtype == "float16" else np.uint16   # bf16 passes as its bits
+    y = aligned(np.zeros((m, n), bits16))
+    emulate(scheduled(spec).mod, TARGET)(
+        x=aligned(x.view(torch.int16).numpy().view(bits16)), y=y,
+        qweight=aligned(operands["qweight"].view(np.uint32)),
+        scales=aligned(operands["scales"]), zeros=aligned(operands["zeros"]))
+    got = torch.from_numpy(y.view(np.int16)).view(x.dtype).double().numpy()
+    reference = FAMILY.reference(spec, x.double().numpy(), **tensors)
+    error = np.abs(got - reference).max() / np.abs(reference).max()
+    assert error <= TOLERANCE[dtype], error
+
+
+def test_export_records_the_layout(tmp_path):
+    spec = UniformSpec(k=1024, n=512, m=16, bits=4, dtype="bfloat16")
+    result = build_untuned(spec, PRESET, tmp_path)
+    manifest = json.loads(result.manifest_path.read_text())
+    assert manifest["layout"] == layout.mma_f16(4)
+    assert "m16n8k16" in (tmp_path / f"{spec.name()}.cu").read_text()
