@@ -157,7 +157,7 @@ def _uniform_mma_tiles(spec, func) -> dict:
 
 
 def _uniform_mma_f16(spec, func) -> dict:
-    return uniform_layout.mma_f16(spec.bits)
+    return uniform_layout.mma_f16(spec.bits, uniform_mma_f16.block_rows(spec))
 
 
 def _bcq_rotated_chunks(spec, func) -> dict:

@@ -92,6 +92,13 @@ inline half __float2half_rn(float f) { return half(f); }
 inline float __bfloat162float(nv_bfloat16 h) { return (float)h; }
 inline nv_bfloat16 __float2bfloat16(float f) { return nv_bfloat16(f); }
 inline nv_bfloat16 __float2bfloat16_rn(float f) { return nv_bfloat16(f); }
+inline unsigned __pack_half2(half x, half y) {  // TVM's CUDA prelude: two halves in one word
+  uint16_t lo, hi; std::memcpy(&lo, &x, 2); std::memcpy(&hi, &y, 2);
+  return ((unsigned)hi << 16) | lo;
+}
+inline unsigned __pack_nv_bfloat162(nv_bfloat16 x, nv_bfloat16 y) {
+  return ((unsigned)y.bits << 16) | x.bits;
+}
 
 #define QC_VEC2(T, N) struct alignas(sizeof(T) * 2) N##2 { T x, y; }; \
   inline N##2 make_##N##2(T x, T y) { return N##2{x, y}; }

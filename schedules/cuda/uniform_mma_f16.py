@@ -11,19 +11,30 @@ from __future__ import annotations
 from qcompile._tvm import Schedule
 from qcompile.kernels.uniform.compute_cuda_mma_f16 import check_spec
 from qcompile.kernels.uniform.spec import UniformSpec
-from schedules.cuda.common import bind_per_thread
+from schedules.loops import loops_below
 from targets.hardware import GpuHardware
 
 
 def sketch(sch: Schedule, spec: UniformSpec, hw: GpuHardware, fixed: dict | None = None,
            prior: dict | None = None) -> Schedule:
-    """The GEMM's lanes bound to threads, the slices' sums added in the same thread block, each
-    thread converting the sums it added."""
+    """The GEMM's lanes bound to threads, the slices' partial sums in shared memory; each warp
+    then adds up all the block's sums and converts them to x's dtype (the warps write the same
+    values: with the block's M x 32 outputs over the lanes only, no thread is left without
+    an output, so no predicate: spread over every thread of the block, a short batch leaves
+    threads whose writes TVM maps into the next block's columns)."""
     check_spec(spec)
-    bind_per_thread(sch, "warp_gemm", "k_sum")
+    gemm = sch.get_sblock("warp_gemm")
+    block, warp, lane = sch.get_loops(gemm)
+    sch.bind(block, "blockIdx.x")
+    sch.bind(warp, "threadIdx.y")
+    sch.bind(lane, "threadIdx.x")
+    sch.set_scope(gemm, 0, "shared")
     k_sum = sch.get_sblock("k_sum")
-    *_, thread, _ = sch.get_loops(k_sum)
-    sch.reverse_compute_at(sch.get_sblock("y_out"), thread, preserve_unit_loops=True)
+    sch.reverse_compute_at(k_sum, block, preserve_unit_loops=True)
+    fused = sch.fuse(*loops_below(sch, k_sum, block)[:-1])
+    _, tx = sch.split(fused, factors=[None, 32])
+    sch.bind(tx, "threadIdx.x")
+    sch.reverse_compute_at(sch.get_sblock("y_out"), tx, preserve_unit_loops=True)
     sch.set_scope(k_sum, 0, "local")
     return sch
 

@@ -23,10 +23,12 @@ from qcompile.kernels.tir.attrs import COMPUTE_ATTR
 from qcompile.kernels.uniform.compute_cuda_mma_f16 import (
     COMPUTE_NAME,
     UNIT_ROWS,
+    block_rows,
     check_spec,
     code_row,
     k_split,
     word_position,
+    x_row,
 )
 from qcompile.testing.cuda_emulator import aligned, emulate, ptxas_report
 from schedules import untuned_schedule
@@ -103,26 +105,33 @@ def test_generated_kernel_uses_mma_without_spills(m, bits, dtype):
     assert report["spill_stores"] == 0 and report["stack_bytes"] == 0
 
 
-@pytest.mark.parametrize("bits", [2, 4, 8])
-def test_mma_f16_puts_every_code_where_its_lane_decodes_it(bits):
+@pytest.mark.parametrize("bits,group_size", [(2, 128), (4, 32), (8, 64), (4, -1)])
+def test_mma_f16_puts_every_code_where_its_lane_decodes_it(bits, group_size):
     """Packed for the kernel, qweight [N/8, K/128, 32 b]: field f of word w of lane l holds
-    the code of column l/4 at the unit's row code_row(l, w, f), and those rows are the
-    fragment's: per step, rows 2t, 2t+1 (register b0) and 2t+8, 2t+9 (b1) of lane t = l % 4."""
-    spec = UniformSpec(k=256, n=64, m=4, bits=bits, dtype="float16")
+    the code of column l/4 at the unit's row code_row(l, w, f), and those rows are the ones
+    the lane's x registers hold (x_row): rows 32 t .. 32 t + 31 of lane thread t = l % 4."""
+    spec = UniformSpec(k=256, n=64, m=4, bits=bits, group_size=group_size, dtype="float16")
+    block = block_rows(spec)
     tensors = FAMILY.example_tensors(spec, np.random.default_rng(bits))
-    prepared = FAMILY.prepare(spec, **tensors, layout=layout.mma_f16(bits))
+    prepared = FAMILY.prepare(spec, **tensors, layout=layout.mma_f16(bits, block))
     packed = prepared.tensors[0].numpy().view(np.uint32)
     codes = bitpack.unpack(tensors["qweight"], bits)            # [K, N]
     assert packed.shape == (spec.n // 8, spec.k // UNIT_ROWS, 32 * bits)
     for lane in range(32):
-        rows = sorted(code_row(lane, w, f, bits) for w in range(bits) for f in range(32 // bits))
+        rows = sorted(code_row(lane, w, f, bits, block) for w in range(bits)
+                      for f in range(32 // bits))
         t = lane % 4
-        assert rows == sorted(16 * s + 8 * h + 2 * t + e
-                              for s in range(8) for h in (0, 1) for e in (0, 1))
+        run = block // 4                                         # x: contiguous per group
+        assert rows == [b + run * t + i for b in range(0, UNIT_ROWS, block) for i in range(run)]
+        assert rows == sorted(x_row(t, s, h, e, block) for s in range(8) for h in (0, 1)
+                              for e in (0, 1))
+        for s in range(8):                                       # a step stays in its group
+            assert {x_row(t, s, h, e, block) // block for h in (0, 1) for e in (0, 1)} == \
+                {s * 16 // block}
         for w in range(bits):
             for f in range(32 // bits):
                 got = packed[:, :, word_position(lane, w, bits)] >> np.uint32(f * bits)
-                want = codes[code_row(lane, w, f, bits)::UNIT_ROWS, lane // 4::8].T
+                want = codes[code_row(lane, w, f, bits, block)::UNIT_ROWS, lane // 4::8].T
                 np.testing.assert_array_equal(got & np.uint32((1 << bits) - 1), want)
 
 
@@ -133,14 +142,14 @@ def test_mma_f16_puts_every_code_where_its_lane_decodes_it(bits):
 def test_emulated_kernel_matches_the_float64_product(m, bits, group_size, dtype, k, n):
     spec = UniformSpec(k=k, n=n, m=m, bits=bits, group_size=group_size, dtype=dtype)
     tensors = FAMILY.example_tensors(spec, np.random.default_rng(m))
-    prepared = FAMILY.prepare(spec, **tensors, layout=layout.mma_f16(bits))
+    prepared = FAMILY.prepare(spec, **tensors, layout=layout.mma_f16(bits, block_rows(spec)))
     operands = dict(zip(prepared.names, (t.numpy() for t in prepared.tensors), strict=True))
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(getattr(torch, dtype))
     bits16 = np.float16 if dtype == "float16" else np.uint16   # bf16 passes as its bits
     y = aligned(np.zeros((m, n), bits16))
     emulate(scheduled(spec).mod, TARGET)(
         x=aligned(x.view(torch.int16).numpy().view(bits16)), y=y,
-        qweight=aligned(operands["qweight"].view(np.uint32)),
+        qweight=aligned(operands["qweight"]),
         scales=aligned(operands["scales"]), zeros=aligned(operands["zeros"]))
     got = torch.from_numpy(y.view(np.int16)).view(x.dtype).double().numpy()
     reference = FAMILY.reference(spec, x.double().numpy(), **tensors)
@@ -152,5 +161,5 @@ def test_export_records_the_layout(tmp_path):
     spec = UniformSpec(k=1024, n=512, m=16, bits=4, dtype="bfloat16")
     result = build_untuned(spec, PRESET, tmp_path)
     manifest = json.loads(result.manifest_path.read_text())
-    assert manifest["layout"] == layout.mma_f16(4)
+    assert manifest["layout"] == layout.mma_f16(4, 128)
     assert "m16n8k16" in (tmp_path / f"{spec.name()}.cu").read_text()

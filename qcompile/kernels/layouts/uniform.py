@@ -72,9 +72,11 @@ def mma_tiles(bits: int, group_units: int, tiles: int) -> dict:
             "tiles": int(tiles)}
 
 
-def mma_f16(bits: int) -> dict:
-    """The layout descriptor ``{"kind": "mma_f16", "bits": b}`` (:data:`MMA_F16`)."""
-    return {"kind": MMA_F16, "bits": int(bits)}
+def mma_f16(bits: int, block_rows: int) -> dict:
+    """The layout descriptor ``{"kind": "mma_f16", "bits": b, "block_rows": B}``
+    (:data:`MMA_F16`; B: rows of K within which the kernel orders them,
+    compute_cuda_mma_f16.block_rows)."""
+    return {"kind": MMA_F16, "bits": int(bits), "block_rows": int(block_rows)}
 
 
 def apply(sch, n: int, tile_n: int) -> None:
@@ -146,7 +148,7 @@ def pack(tensors: dict, layout: dict | None) -> dict:
     if layout.get("kind") == MMA_TILES:
         return {**tensors, **_mma_tiles_of(tensors, layout)}
     if layout.get("kind") == MMA_F16:
-        return {**tensors, **_mma_f16_of(tensors, int(layout["bits"]))}
+        return {**tensors, **_mma_f16_of(tensors, int(layout["bits"]), int(layout["block_rows"]))}
     if layout.get("kind") != N_TILED:
         raise SpecError(f"unknown weight layout {layout!r}; known: {N_TILED}, {PLANE_WORDS}, "
                         f"{MMA_TILES}, {MMA_F16}")
@@ -230,7 +232,7 @@ def _reorder_runs(t, position, width):
     return runs.index_select(-1, index).reshape(t.shape).contiguous()
 
 
-def _mma_f16_of(tensors: dict, bits: int) -> dict:
+def _mma_f16_of(tensors: dict, bits: int, block: int) -> dict:
     """GPTQ operands (qweight int32 [K*b/32, N], scales float16 and zeros uint8 [G, N]; torch)
     -> ``qweight`` int32 [N/8, K/128, 32 b] in compute_cuda_mma_f16.word_position's order,
     ``scales`` and ``zeros`` in compute_cuda_mma.scale_position's (new memory)."""
@@ -247,9 +249,9 @@ def _mma_f16_of(tensors: dict, bits: int) -> dict:
                         f"{packed.dtype} {list(packed.shape)}")
     codes = bitpack.unpack(packed.cpu().numpy(), bits)                 # int32 [K, N]
     k, n = codes.shape
-    if k % UNIT_ROWS or n % WARP_COLUMNS:
-        raise SpecError(f"layout {MMA_F16}: K={k} must be a multiple of {UNIT_ROWS} and "
-                        f"N={n} of {WARP_COLUMNS}")
+    if k % UNIT_ROWS or n % WARP_COLUMNS or block not in (32, 64, 128):
+        raise SpecError(f"layout {MMA_F16}: K={k} must be a multiple of {UNIT_ROWS}, "
+                        f"N={n} of {WARP_COLUMNS}, and the block of {block} rows 32, 64 or 128")
     # words [N/8, K/128, 32 b]: word w of lane l (column l/4 of its tile) ORs its fields' codes
     words = np.zeros((n // TILE_N, k // UNIT_ROWS, 32 * bits), dtype=np.uint32)
     by_unit = codes.reshape(k // UNIT_ROWS, UNIT_ROWS, n // TILE_N, TILE_N).astype(np.uint32)
@@ -257,7 +259,7 @@ def _mma_f16_of(tensors: dict, bits: int) -> dict:
         for word in range(bits):
             value = np.zeros((k // UNIT_ROWS, n // TILE_N), dtype=np.uint32)
             for field in range(32 // bits):
-                row = code_row(lane, word, field, bits)
+                row = code_row(lane, word, field, bits, block)
                 value |= by_unit[:, row, :, lane // 4] << np.uint32(field * bits)
             words[:, :, word_position(lane, word, bits)] = value.T
     device = packed.device
@@ -272,7 +274,8 @@ def describe(layout: dict | None) -> str:
     if layout.get("kind") == PLANE_WORDS:
         return f"{PLANE_WORDS} (byte planes as int32 words [U, P, N])"
     if layout.get("kind") == MMA_F16:
-        return f"{MMA_F16} (two codes per half2 register, words [N/8, K/128, 32 b])"
+        return (f"{MMA_F16} (two codes per half2 register, words [N/8, K/128, 32 b], rows "
+                f"ordered within blocks of {layout['block_rows']})")
     if layout.get("kind") == MMA_TILES:
         return (f"{MMA_TILES} (words per group and 8-column tile [G, N/8, "
                 f"{8 * layout['group_units']}], {layout['tiles']} tiles per warp)")

@@ -123,6 +123,13 @@ def k_split(spec: UniformSpec) -> int:
     return next((v for v in fits if slices * v >= TARGET_WARPS), max(fits))
 
 
+def prefetch_units(spec: UniformSpec) -> int:
+    """Units of words a lane has in flight while it multiplies one: 2 where its slice has an
+    even number of units and the words fit (at 8 bits, 2 x 32 words a lane would spill), else
+    1. One unit in flight left the one-row GEMV at about half the copy bandwidth."""
+    return 2 if (units(spec) // k_split(spec)) % 2 == 0 and spec.bits <= 4 else 1
+
+
 def steps_per_word(bits: int) -> int:
     """mma steps whose codes (4 per lane and step) one word holds: 8 / b."""
     return 8 // bits
@@ -141,15 +148,37 @@ def word_position(lane, word, bits: int):
     return word // vec * (32 * vec) + lane * vec + word % vec
 
 
-def code_row(lane: int, word: int, field: int, bits: int) -> int:
+def block_rows(spec: UniformSpec) -> int:
+    """Rows of K within which the kernel orders x and the codes (:func:`x_row`): a group, or a
+    unit when groups are longer."""
+    return min(spec.effective_group_size, UNIT_ROWS)
+
+
+def code_row(lane: int, word: int, field: int, bits: int, block: int) -> int:
     """The row of K, within a unit, of the code at bit ``field * b`` of a lane's word (fields
     0 .. 32/b - 1): register r = field % (16/b) of the word holds step ``word * 8/b + r // 2``,
-    fragment register ``r % 2`` (rows 2t, 2t + 1 or 2t + 8, 2t + 9), its low half (fields below
-    16/b) the first row of the pair."""
+    fragment register h = ``r % 2``, its low half (fields below 16/b) the first of the pair;
+    ``block``: :func:`block_rows`."""
     per_half = 16 // bits
     register, high = field % per_half, field // per_half
     step = word * steps_per_word(bits) + register // 2
-    return step * TILE_K + (register % 2) * 8 + (lane % 4) * 2 + high
+    return x_row(lane % 4, step, register % 2, high, block)
+
+
+def x_row(thread, step, register, half, block: int):
+    """The row of K, within a unit, that lane thread ``thread`` (l % 4) multiplies at ``step``
+    in fragment register ``register`` (a0/a1 and b0: 0; a2/a3 and b1: 1), half ``half``.
+
+    Which rows an mma step multiplies is the kernel's choice, as long as x and the codes agree
+    and each step stays within its group (``block`` rows: :func:`block_rows`). Within a block,
+    lane thread t takes rows ``block / 4 * t + 4 s + 2 h + e`` (its step s in the block), so the
+    x values a lane multiplies are runs of ``block / 4`` contiguous halves of each of its rows
+    (128-bit loads) where the fragment's own order (rows 16 s + 8 h + 2 t + e) needs 32-bit
+    loads.
+    """
+    steps = block // TILE_K
+    return (step // steps * block + block // 4 * thread + 4 * (step % steps) + 2 * register
+            + half)
 
 
 def uniform_compute_cuda_mma_f16(spec: UniformSpec):
@@ -165,6 +194,8 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
     groups_per_unit = max(1, UNIT_ROWS // gsize)
     steps_per_group = _STEPS // groups_per_unit
     vec = vector_words(bits)
+    depth = prefetch_units(spec)
+    block = block_rows(spec)
     spw = steps_per_word(bits)
     magic_bits, magic = MAGIC[dtype]
     magic_pair = magic_bits * 0x10001
@@ -184,29 +215,38 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
         """Fragment register b_h of tile t at ``step``: two codes 16 bits apart, OR-ed into
         the magic half pair (one shift, one LOP3)."""
         return T.bitwise_or(T.bitwise_and(
-            T.shift_right(raw[t, step // spw], T.uint32(bits * ((step % spw) * 2 + h))),
+            T.shift_right(T.Cast("uint32", raw[t, step // spw]),
+                          T.uint32(bits * ((step % spw) * 2 + h))),
             T.uint32(mask)), T.uint32(magic_pair))
 
     @T.macro
-    def load_words(qweight, raw, unit, vw, vl):
+    def load_words(qweight, ahead, slot, unit, vw, vl):
         for t in T.unroll(tiles):
             for v in T.unroll(bits // vec):
-                raw[t, T.ramp(v * vec, 1, vec)] = qweight[
+                ahead[slot, t, T.ramp(v * vec, 1, vec)] = qweight[
                     vw * tiles + t, unit, T.ramp(word_position(vl, v * vec, bits), 1, vec)]
 
     @T.macro
-    def load_x(x, a, unit, step, vl):
-        # registers a0..a3: rows l/4 (+8 for odd i), columns 2t (+8 for i >= 2), two halves each
-        for i in T.unroll(4):
-            for e in T.vectorized(2):
-                a[2 * i + e] = T.if_then_else(
-                    vl // 4 + 8 * (i % 2) < M,
-                    x[T.min(vl // 4 + 8 * (i % 2), M - 1),
-                      unit * UNIT_ROWS + step * TILE_K + 8 * (i // 2) + 2 * (vl % 4) + e],
+    def load_x(x, xv, unit, pair, vl):
+        # rows l/4 and l/4 + 8 (r), steps 2 pair and 2 pair + 1: 8 contiguous halves each
+        # (x_row), one 128-bit load; rows past M are zeros and never loaded
+        for r in T.unroll(2):
+            for e in T.vectorized(8):
+                xv[r, e] = T.if_then_else(
+                    vl // 4 + 8 * r < M,
+                    x[T.min(vl // 4 + 8 * r, M - 1),
+                      unit * UNIT_ROWS + x_row(vl % 4, 2 * pair, 0, 0, block) + e],
                     T.Cast(dtype, 0))
 
     @T.macro
-    def unit_gemm(x, scales, zeros, unit, vw, vl, a, b, ones, c, cx, acc, raw, sc, zr):
+    def fragment_x(xv, a, step):
+        # registers a0..a3: rows l/4 (+8 for odd i), register h = i // 2, two halves each
+        for i in T.unroll(4):
+            for e in T.vectorized(2):
+                a[2 * i + e] = xv[i % 2, x_row(0, step % 2, i // 2, e, block)]
+
+    @T.macro
+    def unit_gemm(x, scales, zeros, unit, vw, vl, xv, a, b, ones, c, cx, acc, raw, sc, zr):
         for gi in T.unroll(groups_per_unit):
             sc[T.ramp(0, 1, 2 * tiles)] = scales[group_of(unit, gi),
                                                  T.ramp(lane_scales(vw, vl), 1, 2 * tiles)]
@@ -218,7 +258,9 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
             for i in T.unroll(4):
                 cx[i] = T.float32(0)
             for sg in T.unroll(steps_per_group):
-                load_x(x, a, unit, gi * steps_per_group + sg, vl)
+                if (gi * steps_per_group + sg) % 2 == 0:
+                    load_x(x, xv, unit, (gi * steps_per_group + sg) // 2, vl)
+                fragment_x(xv, a, gi * steps_per_group + sg)
                 T.evaluate(T.ptx_legacy.mma(
                     "m16n8k16", "row", "col", mma_type, mma_type, "fp32",
                     a.data, 0, ones.data, 0, cx.data, 0, False, dtype="float32"))
@@ -237,7 +279,7 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
     @T.prim_func(s_tir=True)
     def uniform_gemm_cuda_mma_f16(
         x: T.Buffer((M, K), dtype),
-        qweight: T.Buffer((N // TILE_N, K // UNIT_ROWS, 32 * bits), "uint32"),
+        qweight: T.Buffer((N // TILE_N, K // UNIT_ROWS, 32 * bits), "int32"),
         scales: T.Buffer((G, N), "float16"),
         zeros: T.Buffer((G, N), "uint8"),
         y: T.Buffer((M, N), dtype),
@@ -254,31 +296,35 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
                         scales[0:G, vw * columns:vw * columns + columns],
                         zeros[0:G, vw * columns:vw * columns + columns])
                 T.writes(partial[vw, vs, 0:TILE_M, 0:columns])
+                xv = T.sblock_alloc_buffer((2, 8), dtype, scope="local")
                 a = T.sblock_alloc_buffer((8,), dtype, scope="local")
                 b = T.sblock_alloc_buffer((tiles, 2), "uint32", scope="local")
                 ones = T.sblock_alloc_buffer((2,), "uint32", scope="local")
                 c = T.sblock_alloc_buffer((tiles, 4), "float32", scope="local")
                 cx = T.sblock_alloc_buffer((4,), "float32", scope="local")
                 acc = T.sblock_alloc_buffer((tiles, 4), "float32", scope="local")
-                raw = T.sblock_alloc_buffer((tiles, bits), "uint32", scope="local")
-                ahead = T.sblock_alloc_buffer((tiles, bits), "uint32", scope="local")
+                raw = T.sblock_alloc_buffer((tiles, bits), "int32", scope="local")
+                ahead = T.sblock_alloc_buffer((depth, tiles, bits), "int32", scope="local")
                 sc = T.sblock_alloc_buffer((2 * tiles,), "float16", scope="local")
                 zr = T.sblock_alloc_buffer((2 * tiles,), "uint8", scope="local")
                 for h in T.unroll(2):
                     ones[h] = T.uint32(magic_pair)
                 for t, i in T.grid(tiles, 4):
                     acc[t, i] = T.float32(0)
-                load_words(qweight, ahead, vs * US, vw, vl)
-                for u in T.serial(US):
-                    # this unit's words from the buffer, the next unit's requested before the
-                    # mma read this one: a whole unit's loads in flight while it multiplies
-                    for t in T.unroll(tiles):
-                        for w in T.unroll(bits):
-                            raw[t, w] = ahead[t, w]
-                    if u + 1 < US:
-                        load_words(qweight, ahead, vs * US + u + 1, vw, vl)
-                    unit_gemm(x, scales, zeros, vs * US + u, vw, vl, a, b, ones, c, cx, acc,
-                              raw, sc, zr)
+                for d in T.unroll(depth):
+                    load_words(qweight, ahead, d, vs * US + d, vw, vl)
+                for u_outer in T.serial(US // depth):
+                    for d in T.unroll(depth):
+                        # this unit's words from the ring, the unit `depth` ahead requested
+                        # before the mma read this one: `depth` units of loads in flight
+                        for t in T.unroll(tiles):
+                            for w in T.unroll(bits):
+                                raw[t, w] = ahead[d, t, w]
+                        if u_outer * depth + d + depth < US:
+                            load_words(qweight, ahead, d, vs * US + u_outer * depth + d + depth,
+                                       vw, vl)
+                        unit_gemm(x, scales, zeros, vs * US + u_outer * depth + d, vw, vl, xv,
+                                  a, b, ones, c, cx, acc, raw, sc, zr)
                 for t, i in T.grid(tiles, 4):
                     partial[vw, vs, vl // 4 + 8 * (i // 2),
                             t * TILE_N + (vl % 4) * 2 + i % 2] = acc[t, i]
