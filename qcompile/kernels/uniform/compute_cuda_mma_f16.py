@@ -123,13 +123,6 @@ def k_split(spec: UniformSpec) -> int:
     return next((v for v in fits if slices * v >= TARGET_WARPS), max(fits))
 
 
-def prefetch_units(spec: UniformSpec) -> int:
-    """Units of words a lane has in flight while it multiplies one: 2 where its slice has an
-    even number of units and the words fit (at 8 bits, 2 x 32 words a lane would spill), else
-    1. One unit in flight left the one-row GEMV at about half the copy bandwidth."""
-    return 2 if (units(spec) // k_split(spec)) % 2 == 0 and spec.bits <= 4 else 1
-
-
 def steps_per_word(bits: int) -> int:
     """mma steps whose codes (4 per lane and step) one word holds: 8 / b."""
     return 8 // bits
@@ -194,7 +187,6 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
     groups_per_unit = max(1, UNIT_ROWS // gsize)
     steps_per_group = _STEPS // groups_per_unit
     vec = vector_words(bits)
-    depth = prefetch_units(spec)
     block = block_rows(spec)
     spw = steps_per_word(bits)
     magic_bits, magic = MAGIC[dtype]
@@ -220,33 +212,36 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
             T.uint32(mask)), T.uint32(magic_pair))
 
     @T.macro
-    def load_words(qweight, ahead, slot, unit, vw, vl):
+    def load_words(qweight, ahead, unit, vw, vl):
         for t in T.unroll(tiles):
             for v in T.unroll(bits // vec):
-                ahead[slot, t, T.ramp(v * vec, 1, vec)] = qweight[
+                ahead[t, T.ramp(v * vec, 1, vec)] = qweight[
                     vw * tiles + t, unit, T.ramp(word_position(vl, v * vec, bits), 1, vec)]
 
     @T.macro
-    def load_x(x, xv, unit, pair, vl):
+    def load_x(x, xv, unit, vl):
         # rows l/4 and l/4 + 8 (r), steps 2 pair and 2 pair + 1: 8 contiguous halves each
-        # (x_row), one 128-bit load; rows past M are zeros and never loaded
-        for r in T.unroll(2):
-            for e in T.vectorized(8):
-                xv[r, e] = T.if_then_else(
-                    vl // 4 + 8 * r < M,
-                    x[T.min(vl // 4 + 8 * r, M - 1),
-                      unit * UNIT_ROWS + x_row(vl % 4, 2 * pair, 0, 0, block) + e],
-                    T.Cast(dtype, 0))
+        # (x_row), one 128-bit load; rows past M are zeros and never loaded. The whole unit's
+        # x at its start: loaded pair by pair, each load's latency stalled the mma after it
+        for pair in T.unroll(_STEPS // 2):
+            for r in T.unroll(2):
+                for e in T.vectorized(8):
+                    xv[pair, r, e] = T.if_then_else(
+                        vl // 4 + 8 * r < M,
+                        x[T.min(vl // 4 + 8 * r, M - 1),
+                          unit * UNIT_ROWS + x_row(vl % 4, 2 * pair, 0, 0, block) + e],
+                        T.Cast(dtype, 0))
 
     @T.macro
     def fragment_x(xv, a, step):
         # registers a0..a3: rows l/4 (+8 for odd i), register h = i // 2, two halves each
         for i in T.unroll(4):
             for e in T.vectorized(2):
-                a[2 * i + e] = xv[i % 2, x_row(0, step % 2, i // 2, e, block)]
+                a[2 * i + e] = xv[step // 2, i % 2, x_row(0, step % 2, i // 2, e, block)]
 
     @T.macro
     def unit_gemm(x, scales, zeros, unit, vw, vl, xv, a, b, ones, c, cx, acc, raw, sc, zr):
+        load_x(x, xv, unit, vl)
         for gi in T.unroll(groups_per_unit):
             sc[T.ramp(0, 1, 2 * tiles)] = scales[group_of(unit, gi),
                                                  T.ramp(lane_scales(vw, vl), 1, 2 * tiles)]
@@ -258,8 +253,6 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
             for i in T.unroll(4):
                 cx[i] = T.float32(0)
             for sg in T.unroll(steps_per_group):
-                if (gi * steps_per_group + sg) % 2 == 0:
-                    load_x(x, xv, unit, (gi * steps_per_group + sg) // 2, vl)
                 fragment_x(xv, a, gi * steps_per_group + sg)
                 T.evaluate(T.ptx_legacy.mma(
                     "m16n8k16", "row", "col", mma_type, mma_type, "fp32",
@@ -296,7 +289,7 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
                         scales[0:G, vw * columns:vw * columns + columns],
                         zeros[0:G, vw * columns:vw * columns + columns])
                 T.writes(partial[vw, vs, 0:TILE_M, 0:columns])
-                xv = T.sblock_alloc_buffer((2, 8), dtype, scope="local")
+                xv = T.sblock_alloc_buffer((_STEPS // 2, 2, 8), dtype, scope="local")
                 a = T.sblock_alloc_buffer((8,), dtype, scope="local")
                 b = T.sblock_alloc_buffer((tiles, 2), "uint32", scope="local")
                 ones = T.sblock_alloc_buffer((2,), "uint32", scope="local")
@@ -304,27 +297,25 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
                 cx = T.sblock_alloc_buffer((4,), "float32", scope="local")
                 acc = T.sblock_alloc_buffer((tiles, 4), "float32", scope="local")
                 raw = T.sblock_alloc_buffer((tiles, bits), "int32", scope="local")
-                ahead = T.sblock_alloc_buffer((depth, tiles, bits), "int32", scope="local")
+                ahead = T.sblock_alloc_buffer((tiles, bits), "int32", scope="local")
                 sc = T.sblock_alloc_buffer((2 * tiles,), "float16", scope="local")
                 zr = T.sblock_alloc_buffer((2 * tiles,), "uint8", scope="local")
                 for h in T.unroll(2):
                     ones[h] = T.uint32(magic_pair)
                 for t, i in T.grid(tiles, 4):
                     acc[t, i] = T.float32(0)
-                for d in T.unroll(depth):
-                    load_words(qweight, ahead, d, vs * US + d, vw, vl)
-                for u_outer in T.serial(US // depth):
-                    for d in T.unroll(depth):
-                        # this unit's words from the ring, the unit `depth` ahead requested
-                        # before the mma read this one: `depth` units of loads in flight
-                        for t in T.unroll(tiles):
-                            for w in T.unroll(bits):
-                                raw[t, w] = ahead[d, t, w]
-                        if u_outer * depth + d + depth < US:
-                            load_words(qweight, ahead, d, vs * US + u_outer * depth + d + depth,
-                                       vw, vl)
-                        unit_gemm(x, scales, zeros, vs * US + u_outer * depth + d, vw, vl, xv,
-                                  a, b, ones, c, cx, acc, raw, sc, zr)
+                load_words(qweight, ahead, vs * US, vw, vl)
+                for u in T.serial(US):
+                    # this unit's words from the buffer, the next unit's requested before the
+                    # mma read this one: a whole unit's loads in flight while it multiplies (two
+                    # units took 150 registers a thread, and large grids two waves)
+                    for t in T.unroll(tiles):
+                        for w in T.unroll(bits):
+                            raw[t, w] = ahead[t, w]
+                    if u + 1 < US:
+                        load_words(qweight, ahead, vs * US + u + 1, vw, vl)
+                    unit_gemm(x, scales, zeros, vs * US + u, vw, vl, xv, a, b, ones, c, cx, acc,
+                              raw, sc, zr)
                 for t, i in T.grid(tiles, 4):
                     partial[vw, vs, vl // 4 + 8 * (i // 2),
                             t * TILE_N + (vl % 4) * 2 + i % 2] = acc[t, i]
