@@ -34,6 +34,7 @@ interleave K blocks of neighbouring tiles.
 from __future__ import annotations
 
 from qcompile.errors import SpecError
+from qcompile.formats import bitpack
 
 #: The layout name in manifests and ``PreparedWeights.extras["layout"]``.
 N_TILED = "n_tiled"
@@ -239,7 +240,6 @@ def _mma_f16_of(tensors: dict, bits: int, block: int) -> dict:
     import numpy as np
     import torch
 
-    from qcompile.formats import bitpack
     from qcompile.kernels.uniform.compute_cuda_mma import TILE_N, WARP_COLUMNS, scale_position
     from qcompile.kernels.uniform.compute_cuda_mma_f16 import UNIT_ROWS, code_row, word_position
 
