@@ -19,6 +19,7 @@ from qcompile.kernels import UniformSpec, get_family
 from qcompile.kernels.uniform import spec as spec_module
 from qcompile.testing import kernels
 from qcompile.testing.cuda_emulator import aligned, emulate, ptx, ptxas_report
+from schedules import variants
 from schedules.cuda import uniform
 from schedules.variants import compute_for
 
@@ -29,7 +30,8 @@ TARGET = _tvm.Target(PRESET.tvm_target())
 
 
 def schedule(spec, sketch, knobs):
-    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
+    # the float-x kernel's space, also for the 16-bit specs the tensor-core variant would take
+    mod = _tvm.normalize_mod(variants.get("uniform_cuda").build_compute(spec))
     return uniform.sketch(_tvm.Schedule(mod), spec, HW, sketch, knobs)
 
 
