@@ -1,6 +1,6 @@
 """Every trace our design spaces produce passes the trace policy (qcompile.trust.traces).
 
-For random specs of each of the 13 design-space variants (family x target class x compute),
+For random specs of each of the 14 design-space variants (family x target class x compute),
 random seeds (so random sampled decisions) and, on CPUs, random hardware models (another host's
 caches, cores and vector width), each sketch the space returns, as MetaSchedule stores it
 (``EnterPostproc`` appended, converted as ``record_json`` converts it), passes the policy that
@@ -21,6 +21,7 @@ from qcompile.kernels.bcq import compute_cuda_rotated as rotated
 from qcompile.kernels.tir.attrs import compute_name
 from qcompile.kernels.uniform import compute_cuda_gemv_int8 as gemv
 from qcompile.kernels.uniform import compute_cuda_mma as mma
+from qcompile.kernels.uniform import compute_cuda_mma_f16 as mma_f16
 from qcompile.trust.traces import check_trace, policy_for
 from schedules import get_design_space
 from schedules.variants import compute_for
@@ -35,14 +36,15 @@ _VALUES = {2: 16, 3: 32, 4: 8, 8: 4}
 
 @st.composite
 def uniform_specs(draw, *, int8: bool, cuda: bool, bits=(2, 3, 4, 8), m=(1, 8),
-                  group_sizes=(-1, 32, 64, 128), n_step: int = 8) -> UniformSpec:
+                  group_sizes=(-1, 32, 64, 128), n_step: int = 8,
+                  dtypes=("float32", "float16", "bfloat16")) -> UniformSpec:
     bits = draw(st.sampled_from([b for b in bits if not int8 or b in (2, 3, 4)]))
     group = draw(st.sampled_from([g for g in group_sizes if g == -1 or g % _VALUES[bits] == 0]))
     k = (group if group != -1 else 128) * draw(st.integers(1, 8))
     return UniformSpec(
         k=k, n=n_step * draw(st.integers(1, 512 // n_step)), bits=bits, group_size=group,
         m=draw(st.integers(*m)),
-        dtype="float32" if int8 else draw(st.sampled_from(["float32", "float16", "bfloat16"])),
+        dtype="float32" if int8 else draw(st.sampled_from(dtypes)),
         act_order=False if int8 or cuda else draw(st.booleans()), int8_activations=int8)
 
 
@@ -83,7 +85,12 @@ def _gcd(a: int, b: int) -> int:
 VARIANTS = {
     "uniform-cpu-float": (uniform_specs(int8=False, cuda=False), "cpu", None),
     "uniform-cpu-int8": (uniform_specs(int8=True, cuda=False), "cpu", None),
-    "uniform-cuda-float": (uniform_specs(int8=False, cuda=True), "cuda", "uniform.cuda.v2"),
+    "uniform-cuda-float": (uniform_specs(int8=False, cuda=True).filter(
+        lambda s: mma_f16.problems_with(s)), "cuda", "uniform.cuda.v2"),
+    "uniform-cuda-mma-f16": (uniform_specs(int8=False, cuda=True, bits=(2, 4, 8), m=(1, 16),
+                                           n_step=mma_f16.WARP_COLUMNS,
+                                           dtypes=("float16", "bfloat16")).filter(
+        lambda s: not mma_f16.problems_with(s)), "cuda", mma_f16.COMPUTE_NAME),
     "uniform-cuda-int8-dp4a": (uniform_specs(int8=True, cuda=True, bits=(3,), m=(1, 8)),
                                "cuda", "uniform.cuda_int8.v1"),
     "uniform-cuda-int8-mma": (uniform_specs(int8=True, cuda=True, bits=(2, 4),
