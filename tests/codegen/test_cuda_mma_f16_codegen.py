@@ -27,6 +27,7 @@ from qcompile.kernels.uniform.compute_cuda_mma_f16 import (
     check_spec,
     code_row,
     k_split,
+    word_plane,
     word_position,
     x_row,
 )
@@ -57,10 +58,10 @@ def test_half_activations_take_tensor_cores_where_the_layout_fits():
         return choose(UniformSpec(**{"k": 4096, "n": 4096, "dtype": "float16", **kw}),
                       "cuda").name
 
-    for fields in ({"m": 1}, {"m": 16}, {"m": 7, "dtype": "bfloat16"}, {"bits": 2},
+    for fields in ({"m": 1}, {"m": 16}, {"m": 7, "dtype": "bfloat16"}, {"bits": 2}, {"bits": 3},
                    {"bits": 8}, {"group_size": 32}, {"group_size": -1}):
         assert variant(**fields) == "uniform_cuda_mma_f16", fields
-    for fields in ({"dtype": "float32"}, {"m": 17}, {"bits": 3}, {"act_order": True},
+    for fields in ({"dtype": "float32"}, {"m": 17}, {"act_order": True},
                    {"bits": 8, "dtype": "bfloat16"}, {"n": 4104}):
         assert variant(**fields) == "uniform_cuda", fields
     spec = UniformSpec(k=4096, n=4096, m=16, dtype="bfloat16")
@@ -68,9 +69,9 @@ def test_half_activations_take_tensor_cores_where_the_layout_fits():
 
 
 def test_rules_name_the_numbers():
-    with pytest.raises(SpecError, match=r"bits=3 must be one of \(2, 4, 8\).*M=17 must be at "
+    with pytest.raises(SpecError, match=r"int8_activations must be False.*M=17 must be at "
                                         r"most 16"):
-        check_spec(UniformSpec(k=1024, n=1024, m=17, bits=3, dtype="float16"))
+        check_spec(UniformSpec(k=1024, n=1024, m=17, int8_activations=True))
     with pytest.raises(SpecError, match=r"N=1040 must be a multiple of 32"):
         check_spec(UniformSpec(k=1024, n=1040, dtype="float16"))
     with pytest.raises(SpecError, match=r"8-bit codes need fp16 x"):
@@ -90,7 +91,7 @@ def test_k_split_fills_the_gpu_within_the_units():
 
 
 @pytest.mark.parametrize("m,bits,dtype", [(16, 4, "float16"), (1, 4, "bfloat16"),
-                                          (16, 2, "float16")])
+                                          (16, 2, "float16"), (16, 3, "float16")])
 def test_generated_kernel_uses_mma_without_spills(m, bits, dtype):
     spec = UniformSpec(k=8192, n=28672, m=m, bits=bits, dtype=dtype)
     source = cuda_source(spec)
@@ -105,7 +106,7 @@ def test_generated_kernel_uses_mma_without_spills(m, bits, dtype):
     assert report["spill_stores"] == 0 and report["stack_bytes"] == 0
 
 
-@pytest.mark.parametrize("bits,group_size", [(2, 128), (4, 32), (8, 64), (4, -1)])
+@pytest.mark.parametrize("bits,group_size", [(2, 128), (3, 32), (4, 32), (8, 64), (4, -1)])
 def test_mma_f16_puts_every_code_where_its_lane_decodes_it(bits, group_size):
     """Packed for the kernel, qweight [N/8, K/128, 32 b]: field f of word w of lane l holds
     the code of column l/4 at the unit's row code_row(l, w, f), and those rows are the ones
@@ -118,27 +119,34 @@ def test_mma_f16_puts_every_code_where_its_lane_decodes_it(bits, group_size):
     codes = bitpack.unpack(tensors["qweight"], bits)            # [K, N]
     assert packed.shape == (spec.n // 8, spec.k // UNIT_ROWS, 32 * bits)
     for lane in range(32):
-        rows = sorted(code_row(lane, w, f, bits, block) for w in range(bits)
-                      for f in range(32 // bits))
         t = lane % 4
         run = block // 4                                         # x: contiguous per group
-        assert rows == [b + run * t + i for b in range(0, UNIT_ROWS, block) for i in range(run)]
-        assert rows == sorted(x_row(t, s, h, e, block) for s in range(8) for h in (0, 1)
-                              for e in (0, 1))
+        for plane_first, width in {(word_plane(w, bits)[2], word_plane(w, bits)[0])
+                                   for w in range(bits)}:
+            words = [w for w in range(bits) if word_plane(w, bits)[2] == plane_first]
+            rows = sorted(code_row(lane, w, f, bits, block) for w in words
+                          for f in range(32 // width))            # each plane: every row once
+            assert rows == [b + run * t + i for b in range(0, UNIT_ROWS, block)
+                            for i in range(run)]
+            assert rows == sorted(x_row(t, s, h, e, block) for s in range(8) for h in (0, 1)
+                                  for e in (0, 1))
         for s in range(8):                                       # a step stays in its group
             assert {x_row(t, s, h, e, block) // block for h in (0, 1) for e in (0, 1)} == \
                 {s * 16 // block}
         for w in range(bits):
-            for f in range(32 // bits):
-                got = packed[:, :, word_position(lane, w, bits)] >> np.uint32(f * bits)
+            width, _, first_bit = word_plane(w, bits)
+            for f in range(32 // width):
+                got = packed[:, :, word_position(lane, w, bits)] >> np.uint32(f * width)
                 want = codes[code_row(lane, w, f, bits, block)::UNIT_ROWS, lane // 4::8].T
-                np.testing.assert_array_equal(got & np.uint32((1 << bits) - 1), want)
+                np.testing.assert_array_equal(got & np.uint32((1 << width) - 1),
+                                              (want >> first_bit) & ((1 << width) - 1))
 
 
 @pytest.mark.parametrize(("m", "bits", "group_size", "dtype", "k", "n"), [
     (3, 4, 128, "float16", 512, 64), (16, 4, 128, "bfloat16", 512, 64),
     (1, 2, 32, "float16", 512, 64), (9, 8, -1, "float16", 512, 64),
-    (16, 2, 64, "bfloat16", 1024, 32), (5, 4, 32, "float16", 256, 96)])
+    (16, 2, 64, "bfloat16", 1024, 32), (5, 4, 32, "float16", 256, 96),
+    (7, 3, 128, "float16", 512, 64), (2, 3, 32, "bfloat16", 256, 64)])
 def test_emulated_kernel_matches_the_float64_product(m, bits, group_size, dtype, k, n):
     spec = UniformSpec(k=k, n=n, m=m, bits=bits, group_size=group_size, dtype=dtype)
     tensors = FAMILY.example_tensors(spec, np.random.default_rng(m))

@@ -45,14 +45,15 @@ def check(spec, kernel, seed: int, sym: bool = False) -> float:
     (4096, 4096, 8, 4, 128, "bfloat16"), (2048, 1024, 11, 2, 64, "float16"),
     (1024, 512, 16, 4, 32, "float16"), (4096, 1024, 3, 2, 32, "bfloat16"),
     (2048, 2048, 16, 8, 128, "float16"), (1024, 4096, 5, 8, -1, "float16"),
-    (4096, 1024, 2, 4, -1, "bfloat16"), (28672, 1024, 13, 2, 128, "float16")])
+    (4096, 1024, 2, 4, -1, "bfloat16"), (28672, 1024, 13, 2, 128, "float16"),
+    (8192, 4096, 16, 3, 128, "float16"), (2048, 1024, 1, 3, 32, "bfloat16")])
 def test_untuned_kernels(tmp_path, k, n, m, bits, group_size, dtype):
     spec = UniformSpec(k=k, n=n, m=m, bits=bits, group_size=group_size, dtype=dtype)
     assert compute_for(spec, "cuda").attrs["qcompile.compute"] == COMPUTE_NAME
     check(spec, qcompile.load(build_untuned(spec, PRESET, tmp_path).so_path), seed=m)
 
 
-@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
 def test_symmetric_weights(tmp_path, bits):
     spec = UniformSpec(k=1024, n=1024, m=4, bits=bits, dtype="float16")
     check(spec, qcompile.load(build_untuned(spec, PRESET, tmp_path).so_path), seed=bits,

@@ -87,7 +87,7 @@ VARIANTS = {
     "uniform-cpu-int8": (uniform_specs(int8=True, cuda=False), "cpu", None),
     "uniform-cuda-float": (uniform_specs(int8=False, cuda=True).filter(
         lambda s: mma_f16.problems_with(s)), "cuda", "uniform.cuda.v2"),
-    "uniform-cuda-mma-f16": (uniform_specs(int8=False, cuda=True, bits=(2, 4, 8), m=(1, 16),
+    "uniform-cuda-mma-f16": (uniform_specs(int8=False, cuda=True, m=(1, 16),
                                            n_step=mma_f16.WARP_COLUMNS,
                                            dtypes=("float16", "bfloat16")).filter(
         lambda s: not mma_f16.problems_with(s)), "cuda", mma_f16.COMPUTE_NAME),

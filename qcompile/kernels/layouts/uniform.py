@@ -241,7 +241,12 @@ def _mma_f16_of(tensors: dict, bits: int, block: int) -> dict:
     import torch
 
     from qcompile.kernels.uniform.compute_cuda_mma import TILE_N, WARP_COLUMNS, scale_position
-    from qcompile.kernels.uniform.compute_cuda_mma_f16 import UNIT_ROWS, code_row, word_position
+    from qcompile.kernels.uniform.compute_cuda_mma_f16 import (
+        UNIT_ROWS,
+        code_row,
+        word_plane,
+        word_position,
+    )
 
     packed = tensors["qweight"]
     if packed.dim() != 2 or packed.dtype != torch.int32:
@@ -253,14 +258,17 @@ def _mma_f16_of(tensors: dict, bits: int, block: int) -> dict:
         raise SpecError(f"layout {MMA_F16}: K={k} must be a multiple of {UNIT_ROWS}, "
                         f"N={n} of {WARP_COLUMNS}, and the block of {block} rows 32, 64 or 128")
     # words [N/8, K/128, 32 b]: word w of lane l (column l/4 of its tile) ORs its fields' codes
+    # (their bits of the word's plane)
     words = np.zeros((n // TILE_N, k // UNIT_ROWS, 32 * bits), dtype=np.uint32)
     by_unit = codes.reshape(k // UNIT_ROWS, UNIT_ROWS, n // TILE_N, TILE_N).astype(np.uint32)
     for lane in range(32):
         for word in range(bits):
+            width, _, first_bit = word_plane(word, bits)  # 3 bits: a 2-bit and a 1-bit plane
             value = np.zeros((k // UNIT_ROWS, n // TILE_N), dtype=np.uint32)
-            for field in range(32 // bits):
+            for field in range(32 // width):
                 row = code_row(lane, word, field, bits, block)
-                value |= by_unit[:, row, :, lane // 4] << np.uint32(field * bits)
+                plane = by_unit[:, row, :, lane // 4] >> np.uint32(first_bit)
+                value |= (plane & np.uint32((1 << width) - 1)) << np.uint32(field * width)
             words[:, :, word_position(lane, word, bits)] = value.T
     device = packed.device
     return {"qweight": torch.from_numpy(words.view(np.int32)).to(device),

@@ -27,11 +27,12 @@ lane reads its ``b`` words (layout ``mma_f16``, :func:`word_position`), per grou
 while it multiplies one unit the next unit's words are in flight. Lane l (group l // 4, thread
 t = l % 4) holds
 
-- x (A, 16 x 16, row-major): the half pairs (row, 2t) of rows l // 4 and l // 4 + 8, columns 2t
-  and 2t + 8, loaded from x itself (rows past M are zeros, never loaded);
-- codes (B, 16 x 8, column-major): rows 2t, 2t + 1 (register b0) and 2t + 8, 2t + 9 (b1) of
-  column l // 4: one word of the lane holds the registers of 8 / b steps, register r its codes
-  at bits ``b r`` and ``16 + b r``;
+- x (A, 16 x 16, row-major): half pairs of rows l // 4 and l // 4 + 8, loaded from x itself in
+  the rows of K :func:`x_row` assigns (rows past M are zeros, never loaded);
+- codes (B, 16 x 8, column-major): the same rows as x (register b0 with a0/a1, b1 with a2/a3)
+  of column l // 4: one word of the lane holds the registers of 8 / b steps, register r its
+  codes at bits ``b r`` and ``16 + b r`` (3-bit codes as a 2-bit and a 1-bit plane, whose
+  fields are OR-ed together: :func:`planes`);
 - the float32 sums (C, 16 x 8): columns 2t and 2t + 1 of rows l // 4 and l // 4 + 8.
 
 Operands: x float16/bfloat16 [M, K]; qweight int32 [N/8, K/128, 32 b] (:func:`word_position`);
@@ -61,7 +62,7 @@ TILE_K = 16
 #: Rows of K a lane walks per iteration (8 steps): whole words at every bit width.
 UNIT_ROWS = 128
 #: Bit widths whose codes split evenly into 16-bit halves of a word.
-BITS = (2, 4, 8)
+BITS = (2, 3, 4, 8)
 #: Group sizes the kernel takes (-1: the whole column).
 GROUP_SIZES = (32, 64, 128, -1)
 #: The magic half of each activation dtype (its bits, its value): OR-ing a code below
@@ -85,7 +86,7 @@ def problems_with(spec: UniformSpec) -> list[str]:
     if spec.act_order:
         problems.append("act_order must be False (prepare gathers x before the kernel)")
     if spec.bits not in BITS:
-        problems.append(f"bits={spec.bits} must be one of {BITS} (codes in 16-bit halves)")
+        problems.append(f"bits={spec.bits} must be one of {BITS}")
     elif spec.bits == 8 and spec.dtype == "bfloat16":
         problems.append("8-bit codes need fp16 x: bf16's 8 significant bits cannot hold "
                         "128 + a code of 8 bits")
@@ -123,22 +124,42 @@ def k_split(spec: UniformSpec) -> int:
     return next((v for v in fits if slices * v >= TARGET_WARPS), max(fits))
 
 
-def steps_per_word(bits: int) -> int:
-    """mma steps whose codes (4 per lane and step) one word holds: 8 / b."""
-    return 8 // bits
+def planes(bits: int) -> tuple[int, ...]:
+    """Field widths of the code planes, low bits first: one plane of b-bit fields, except 3-bit
+    codes, which split into a 2-bit plane and a 1-bit plane (32 / 3 fields do not fill a word;
+    fields 16 bits apart must)."""
+    return (2, 1) if bits == 3 else (bits,)
 
 
-def vector_words(bits: int) -> int:
-    """Words per vector load of a lane: up to 4 (128 bits)."""
-    return min(bits, 4)
+def word_plane(word: int, bits: int) -> tuple[int, int, int]:
+    """(field width, the word's index within its plane, the code bit its fields start at) of
+    word ``word`` (0 .. b - 1) of a lane's unit: each plane of width w holds w words."""
+    first = 0
+    for width in planes(bits):
+        if word < first + width:
+            return width, word - first, first
+        first += width
+    raise ValueError(f"word {word} of a {bits}-bit lane (it has {bits})")
 
 
-def word_position(lane, word, bits: int):
+def _plane_starts(bits: int) -> list[tuple[int, int]]:
+    """(first word, field width) of each plane; a plane's first word is also its first code
+    bit (a plane of width w holds w words)."""
+    starts, first = [], 0
+    for width in planes(bits):
+        starts.append((first, width))
+        first += width
+    return starts
+
+
+def word_position(lane, word: int, bits: int):
     """Where word ``word`` (0 .. b - 1) of lane ``lane`` sits among a tile's ``32 b`` words of
-    one unit: vector by vector, the warp's lanes contiguous in each (one warp load is 32
-    vectors in a row). Ints when packing, TIR expressions in the kernel."""
-    vec = vector_words(bits)
-    return word // vec * (32 * vec) + lane * vec + word % vec
+    one unit: plane by plane, vector by vector (up to 4 words of a plane), the warp's lanes
+    contiguous in each (one warp load is 32 vectors in a row). ``lane``: int when packing,
+    a TIR expression in the kernel."""
+    width, index, first = word_plane(word, bits)
+    vec = min(width, 4)
+    return 32 * first + index // vec * (32 * vec) + lane * vec + index % vec
 
 
 def block_rows(spec: UniformSpec) -> int:
@@ -148,13 +169,15 @@ def block_rows(spec: UniformSpec) -> int:
 
 
 def code_row(lane: int, word: int, field: int, bits: int, block: int) -> int:
-    """The row of K, within a unit, of the code at bit ``field * b`` of a lane's word (fields
-    0 .. 32/b - 1): register r = field % (16/b) of the word holds step ``word * 8/b + r // 2``,
-    fragment register h = ``r % 2``, its low half (fields below 16/b) the first of the pair;
-    ``block``: :func:`block_rows`."""
-    per_half = 16 // bits
+    """The row of K, within a unit, of the code whose bits sit in field ``field`` of a lane's
+    word ``word`` (fields of the word's plane width w, 0 .. 32/w - 1): register r = field %
+    (16/w) of the word holds step ``index * 8/w + r // 2`` (index: the word's within its
+    plane), fragment register h = ``r % 2``, its low half (fields below 16/w) the first of the
+    pair; ``block``: :func:`block_rows`."""
+    width, index, _ = word_plane(word, bits)
+    per_half = 16 // width
     register, high = field % per_half, field // per_half
-    step = word * steps_per_word(bits) + register // 2
+    step = index * (8 // width) + register // 2
     return x_row(lane % 4, step, register % 2, high, block)
 
 
@@ -186,12 +209,17 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
     US = units(spec) // KS                  # units per K slice
     groups_per_unit = max(1, UNIT_ROWS // gsize)
     steps_per_group = _STEPS // groups_per_unit
-    vec = vector_words(bits)
     block = block_rows(spec)
-    spw = steps_per_word(bits)
     magic_bits, magic = MAGIC[dtype]
+    # (first word, field width, first code bit) of each plane, and the lane's vector loads:
+    # every width has at most two (8 bits: 4 + 4 words; 3 bits: 2 + 1)
+    plane_words = [(first, width, first) for first, width in _plane_starts(bits)]
+    loads = [(word, min(word_plane(word, bits)[0], 4)) for word in range(bits)
+             if word_plane(word, bits)[1] % min(word_plane(word, bits)[0], 4) == 0]
+    first_load = loads[0][1]
+    has_second = len(loads) > 1
+    second_word, second_load = loads[1] if has_second else (0, 1)
     magic_pair = magic_bits * 0x10001
-    mask = ((1 << bits) - 1) * 0x10001
     mma_type = MMA_TYPE[dtype]
     attrs = {**spec.func_attrs(), COMPUTE_ATTR: COMPUTE_NAME}
 
@@ -204,19 +232,33 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
         return vw * columns + scale_position(2 * (vl % 4))
 
     def decode(raw, t, step, h):
-        """Fragment register b_h of tile t at ``step``: two codes 16 bits apart, OR-ed into
-        the magic half pair (one shift, one LOP3)."""
-        return T.bitwise_or(T.bitwise_and(
-            T.shift_right(T.Cast("uint32", raw[t, step // spw]),
-                          T.uint32(bits * ((step % spw) * 2 + h))),
-            T.uint32(mask)), T.uint32(magic_pair))
+        """Fragment register b_h of tile t at ``step``: two codes 16 bits apart OR-ed into the
+        magic half pair, each plane's fields in one shift and one LOP3 (3 bits: two planes)."""
+        value = T.uint32(magic_pair)
+        for first_word, width, first_bit in plane_words:
+            per_word = 8 // width               # steps a word of this plane holds
+            word = T.Cast("uint32", raw[t, first_word + step // per_word])
+            field = T.bitwise_and(
+                T.shift_right(word, T.Cast("uint32", width * ((step % per_word) * 2 + h))),
+                T.uint32(((1 << width) - 1) * 0x10001))
+            if first_bit:
+                field = T.shift_left(field, T.uint32(first_bit))
+            value = T.bitwise_or(value, field)
+        return value
+
+    def span(start, lanes):
+        """``lanes`` consecutive elements from ``start``: a vector, or one element."""
+        return T.ramp(start, 1, lanes) if lanes > 1 else start
 
     @T.macro
     def load_words(qweight, ahead, unit, vw, vl):
+        # each plane's words in vectors of up to 4 (loads: first word, words)
         for t in T.unroll(tiles):
-            for v in T.unroll(bits // vec):
-                ahead[t, T.ramp(v * vec, 1, vec)] = qweight[
-                    vw * tiles + t, unit, T.ramp(word_position(vl, v * vec, bits), 1, vec)]
+            ahead[t, span(0, first_load)] = qweight[
+                vw * tiles + t, unit, span(word_position(vl, 0, bits), first_load)]
+            if has_second:
+                ahead[t, span(second_word, second_load)] = qweight[
+                    vw * tiles + t, unit, span(word_position(vl, second_word, bits), second_load)]
 
     @T.macro
     def load_x(x, xv, unit, vl):
@@ -258,7 +300,7 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
                     "m16n8k16", "row", "col", mma_type, mma_type, "fp32",
                     a.data, 0, ones.data, 0, cx.data, 0, False, dtype="float32"))
                 for t in T.unroll(tiles):
-                    for h in T.unroll(2):  # b0, b1: register (step % spw) * 2 + h of its word
+                    for h in T.unroll(2):  # b0, b1 of the step
                         b[t, h] = decode(raw, t, gi * steps_per_group + sg, h)
                     T.evaluate(T.ptx_legacy.mma(
                         "m16n8k16", "row", "col", mma_type, mma_type, "fp32",
