@@ -28,7 +28,7 @@ import numpy as np
 from qcompile.errors import FormatError
 from qcompile.formats import bitpack
 from qcompile.formats.act_order import is_trivial
-from qcompile.formats.gptq import GptqTensors, as_numpy
+from qcompile.formats.gptq import GptqTensors, as_numpy, concatenate, pack_zeros
 from qcompile.kernels.uniform import UniformSpec
 from qcompile.kernels.uniform.spec import INT8_BITS
 
@@ -157,6 +157,9 @@ class GptqLayer:
         The module's settings.
     checkpoint : str or None
         The directory it was read from (for messages that give a command to run).
+    parts : tuple of (str, int)
+        For layers fused by :func:`fuse_shared_inputs`: the names and out_features of the
+        checkpoint's layers whose columns it holds, in order; empty for a checkpoint's layer.
     """
 
     name: str
@@ -164,6 +167,7 @@ class GptqLayer:
     bias: np.ndarray | None
     config: QuantizeConfig
     checkpoint: str | None = None
+    parts: tuple[tuple[str, int], ...] = ()
 
     @property
     def in_features(self) -> int:
@@ -225,6 +229,73 @@ def distinct_specs(layers: dict[str, GptqLayer], m: int = 1, dtype: str = "float
         int8 = int8_activations and layer.bits in INT8_BITS
         specs.setdefault(layer.spec(m=m, dtype=dtype, int8_activations=int8), []).append(name)
     return list(specs.items())
+
+
+#: Layers that read the same input, by the name of the module they are fused into: a
+#: Llama-family attention's q/k/v projections and its MLP's gate/up projections.
+SHARED_INPUTS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"),
+                 "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def fuse_shared_inputs(layers: dict[str, GptqLayer]) -> dict[str, GptqLayer]:
+    """The layers as one kernel each runs them: every group of :data:`SHARED_INPUTS` under
+    one parent module (``model.layers.0.self_attn.{q,k,v}_proj``) becomes one layer of their
+    columns side by side (``model.layers.0.self_attn.qkv_proj``, ``parts`` naming them), so
+    one kernel reads the input once for all of them.
+
+    A group fuses when its layers have the same bits, group size and g_idx (act_order);
+    ``sym`` and the zero-point convention need not agree, since the zero-points are stored
+    per column either way. A group that does not fuse keeps its layers as they are.
+
+    Parameters
+    ----------
+    layers : dict of str to GptqLayer
+        ``load(path)``.
+
+    Returns
+    -------
+    dict of str to GptqLayer
+        The fused layers in place of their first part, the other layers unchanged, in order.
+    """
+    fused: dict[str, GptqLayer] = {}
+    absorbed: dict[str, str] = {}  # part name -> fused name
+    for name in layers:
+        parent, _, child = name.rpartition(".")
+        for fused_child, members in SHARED_INPUTS.items():
+            names = [f"{parent}.{member}" if parent else member for member in members]
+            if child != members[0] or not all(n in layers for n in names):
+                continue
+            group = [layers[n] for n in names]
+            if not _fusable(group):
+                continue
+            fused_name = f"{parent}.{fused_child}" if parent else fused_child
+            fused[fused_name] = _concatenate(fused_name, group)
+            absorbed.update(dict.fromkeys(names, fused_name))
+    result = {}
+    for name, layer in layers.items():
+        if name not in absorbed:
+            result[name] = layer
+        elif absorbed[name] not in result:
+            result[absorbed[name]] = fused[absorbed[name]]
+    return result
+
+
+def _fusable(group: list[GptqLayer]) -> bool:
+    first = group[0]
+    return all(layer.bits == first.bits and layer.group_size == first.group_size
+               and layer.in_features == first.in_features
+               and np.array_equal(layer.tensors.g_idx, first.tensors.g_idx)
+               for layer in group[1:])
+
+
+def _concatenate(name: str, group: list[GptqLayer]) -> GptqLayer:
+    bias = None
+    if any(layer.bias is not None for layer in group):  # a part without one adds zeros
+        bias = np.concatenate([layer.bias if layer.bias is not None
+                               else np.zeros(layer.out_features, np.float32) for layer in group])
+    return GptqLayer(name=name, tensors=concatenate([layer.tensors for layer in group]),
+                     bias=bias, config=group[0].config, checkpoint=group[0].checkpoint,
+                     parts=tuple((layer.name, layer.out_features) for layer in group))
 
 
 def read_config(directory: str | Path) -> QuantizeConfig:
@@ -308,6 +379,72 @@ def load(path: str | Path) -> dict[str, GptqLayer]:
     if not layers:
         raise FormatError(f"{path} holds no GPTQ layer (no tensor named '<module>.qweight')")
     return layers
+
+
+def save(directory: str | Path, layers: dict[str, GptqTensors], config: QuantizeConfig, *,
+         tensors: dict[str, Any] | None = None, model_config: dict[str, Any] | None = None
+         ) -> Path:
+    """Write a GPTQ checkpoint that :func:`load` (and GPTQModel's, AutoGPTQ's loaders) read.
+
+    Parameters
+    ----------
+    directory : str or Path
+        Created if missing; ``model.safetensors``, ``quantize_config.json`` and (with
+        ``model_config``) ``config.json`` are written into it.
+    layers : dict of str to GptqTensors
+        Module name -> its tensors, stored as ``<name>.qweight`` int32 [K*bits/32, N],
+        ``.qzeros`` int32 [G, N*bits/32] (repacked in ``config``'s zero-point convention),
+        ``.scales`` float16 [G, N] and ``.g_idx`` int32 [K].
+    config : QuantizeConfig
+        bits, group_size, desc_act, sym, static_groups, checkpoint_format and ``dynamic``;
+        every layer must have the bits and group size the config gives its name.
+    tensors : dict of str to torch.Tensor, optional
+        The rest of the state dict, stored as they are (embeddings, norms, lm_head, biases as
+        ``<name>.bias``).
+    model_config : dict, optional
+        The model's ``config.json`` (a transformers config's ``to_dict()``); the quantization
+        config is added to it as ``quantization_config``.
+
+    Returns
+    -------
+    Path
+        The directory.
+    """
+    import torch  # the writer's only user makes torch models; reading needs no torch here
+    from safetensors.torch import save_file
+
+    config.check()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {name: value.detach().contiguous() for name, value in (tensors or {}).items()}
+    for name, layer in layers.items():
+        module = config.for_module(name)  # after its ``dynamic`` override, if any
+        if module is None or (layer.bits, layer.group_size) != (module.bits, module.group_size):
+            said = "excludes it" if module is None else \
+                f"says {module.bits}-bit, group_size={module.group_size}"
+            raise FormatError(f"{name} is {layer.bits}-bit with group_size={layer.group_size} "
+                              f"but the config {said}")
+        qzeros = layer.qzeros
+        if layer.zero_convention != config.zero_convention:
+            qzeros = pack_zeros(layer.zeros(), layer.bits, config.zero_convention)
+        arrays = {"qweight": np.asarray(layer.qweight).view(np.int32),  # int32 or uint32
+                  "qzeros": np.asarray(qzeros).view(np.int32),
+                  "scales": np.asarray(layer.scales).astype(np.float16),
+                  "g_idx": np.asarray(layer.g_idx).astype(np.int32)}
+        for suffix, array in arrays.items():
+            state[f"{name}.{suffix}"] = torch.from_numpy(np.ascontiguousarray(array))
+    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    quantization = {"quant_method": "gptq", "bits": config.bits, "group_size": config.group_size,
+                    "desc_act": config.desc_act, "sym": config.sym,
+                    "static_groups": config.static_groups,
+                    "checkpoint_format": config.checkpoint_format, "pack_dtype": "int32"}
+    if config.dynamic:
+        quantization["dynamic"] = config.dynamic
+    (directory / CONFIG_FILE).write_text(json.dumps(quantization, indent=2) + "\n")
+    if model_config is not None:
+        data = {**model_config, "quantization_config": quantization}
+        (directory / "config.json").write_text(json.dumps(data, indent=2) + "\n")
+    return directory
 
 
 def layers_from_state_dict(state_dict, config: QuantizeConfig,

@@ -15,14 +15,24 @@ How a call runs, by the number of activation rows R (all leading dimensions flat
   measured by tools/bench.py prefill, docs/design/gptq-checkpoints.md "Prefill crossover").
 - in between: the M = 16 kernel over chunks of 16 rows.
 
-act_order layers are reordered once when the module is built and x is gathered per call
-(``prepare``). A shape with no tuned record follows ``on_missing`` (default "error": the
-message gives the ``qcompile tune`` command; see :mod:`qcompile.kernel_cache`).
+The kernel of each row count is chosen once, at its first call, or for every count up front
+by :meth:`QuantLinear.plan_rows` (what a model does before it generates: nothing is looked up
+or built mid-generation). act_order layers are reordered once when the module is built and x
+is gathered per call (``prepare``). A shape with no tuned record follows ``on_missing``
+(default "error": the message gives the ``qcompile tune`` command; see
+:mod:`qcompile.kernel_cache`).
+
+A call is the PyTorch custom operator ``qcompile::quant_linear`` (``torch.library``, with a
+fake implementation for tracing), so ``torch.compile`` traces through a QuantLinear without a
+graph break; the operator finds its module by an integer handle.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
+import weakref
+from collections.abc import Iterable
 from dataclasses import replace
 
 import torch
@@ -49,6 +59,45 @@ _caches: dict[tuple, KernelCache] = {}
 #: cost more than the dequantization. Guarded by _scratch_lock.
 _scratch: dict[tuple[int, int], torch.Tensor] = {}
 _scratch_lock = threading.Lock()
+
+
+#: QuantLinear modules by handle: the custom operator takes an int, which torch.compile keeps
+#: as a constant of the graph, where a module could not be an operator's argument.
+_modules: weakref.WeakValueDictionary[int, QuantLinear] = weakref.WeakValueDictionary()
+_handles = itertools.count()
+
+
+@torch.library.custom_op("qcompile::quant_linear", mutates_args=())
+def quant_linear(x: torch.Tensor, handle: int) -> torch.Tensor:
+    """``y = x @ W + bias`` of the QuantLinear with this handle (``QuantLinear.handle``).
+
+    Parameters
+    ----------
+    x : torch.Tensor, float32/float16/bfloat16 [..., K], CPU
+    handle : int
+
+    Returns
+    -------
+    torch.Tensor of x's dtype, shape [..., N], contiguous (never a view of x)
+    """
+    return _modules[handle].compute(x)
+
+
+@quant_linear.register_fake
+def _quant_linear_fake(x: torch.Tensor, handle: int) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], _modules[handle].out_features))
+
+
+def row_plan(kernel_rows: Iterable[int]) -> dict[int, int]:
+    """Which kernel serves each row count: count R (1..MAX_KERNEL_ROWS) -> the smallest M >= R
+    of ``kernel_rows`` (x zero-padded to M rows). ``kernel_rows`` must hold MAX_KERNEL_ROWS,
+    which serves every count (and the chunks of 16 rows below the prefill path)."""
+    available = sorted(set(kernel_rows))
+    if MAX_KERNEL_ROWS not in available or available[0] < 1:
+        raise ArgumentError(f"kernel rows must lie in 1..{MAX_KERNEL_ROWS} and include "
+                            f"{MAX_KERNEL_ROWS}; got {available}")
+    return {count: next(m for m in available if m >= count)
+            for count in range(1, MAX_KERNEL_ROWS + 1)}
 
 
 def kernel_cache(target: str = "avx2", db: str | None = None, on_missing: str = "error",
@@ -97,6 +146,8 @@ class QuantLinear(torch.nn.Module):
         self._plans: dict[tuple[int, str], int] = {}
         self._runners: dict[tuple[int, str], tuple] = {}
         self._layouts: dict[str, object] = {}
+        self.handle = next(_handles)
+        _modules[self.handle] = self
 
     @classmethod
     def from_gptq(cls, layer: GptqLayer, target: str = "avx2", db: str | None = None, *,
@@ -126,6 +177,10 @@ class QuantLinear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., K] float32/float16/bfloat16 on the CPU -> [..., N] in x's dtype."""
+        self._check(x)
+        return quant_linear(x, self.handle)
+
+    def _check(self, x) -> None:
         if not isinstance(x, torch.Tensor):
             raise ArgumentError(f"x must be a torch.Tensor; got {type(x).__name__}")
         dtype = _DTYPES.get(x.dtype)
@@ -138,6 +193,11 @@ class QuantLinear(torch.nn.Module):
         if x.device.type != "cpu":
             raise ArgumentError(f"x is on {x.device}; {self.kernels.preset.name} kernels run "
                                 "on the CPU")
+
+    def compute(self, x: torch.Tensor) -> torch.Tensor:
+        """What the custom operator runs: :meth:`forward` without the checks and outside
+        autograd (x as forward checks it)."""
+        dtype = _DTYPES[x.dtype]
         leading = x.shape[:-1]
         rows = x.reshape(-1, self.in_features)
         count = rows.shape[0]
@@ -165,12 +225,48 @@ class QuantLinear(torch.nn.Module):
         """(M, kernel, prepared weights) serving ``count`` rows of ``dtype``, resolved once."""
         runner = self._runners.get((count, dtype))
         if runner is None:
-            m = self._plan(count, dtype)
-            spec = self.spec(m, dtype)
-            kernel = self.kernels.get(spec, self._hint(m, dtype))
-            runner = (m, kernel, replace(self._packed(kernel), spec_digest=spec.digest()))
+            runner = self._make_runner(self._plan(count, dtype), dtype)
             self._runners[(count, dtype)] = runner
         return runner
+
+    def _make_runner(self, m: int, dtype: str) -> tuple:
+        spec = self.spec(m, dtype)
+        kernel = self.kernels.get(spec, self._hint(m, dtype))
+        return m, kernel, replace(self._packed(kernel), spec_digest=spec.digest())
+
+    def kernel_dtype(self, dtype: str) -> str:
+        """The activation dtype of the kernels that serve x of ``dtype`` (int8 kernels take
+        float32 x)."""
+        return "float32" if self.int8_activations else dtype
+
+    def plan_rows(self, plan: dict[int, int], dtype: str = "float32", *,
+                  prefill: bool = True) -> None:
+        """Resolve now the kernel of every row count in ``plan``, so that no call looks up,
+        builds or packs anything.
+
+        Parameters
+        ----------
+        plan : dict of int to int
+            Row count R -> the M whose kernel serves it (:func:`row_plan`).
+        dtype : str
+            x's dtype: "float32", "float16" or "bfloat16".
+        prefill : bool
+            Also build the prefill path's dequantization (calls of ``prefill_rows`` rows or
+            more).
+
+        Raises
+        ------
+        NoRecordError
+            An M without a tuned record, under ``on_missing="error"``.
+        """
+        dtype = self.kernel_dtype(dtype)
+        runners = {m: self._make_runner(m, dtype) for m in sorted(set(plan.values()))}
+        for count, m in plan.items():
+            self._runners[(count, dtype)] = runners[m]
+        if prefill:
+            from qcompile.kernels.uniform.dense import dequantizer
+
+            dequantizer(self.spec(1), self.kernels.preset)
 
     def _packed(self, kernel):
         """The prepared weights in ``kernel``'s layout: packed once per layout and shared by

@@ -216,3 +216,56 @@ def check_g_idx(g_idx: np.ndarray, group_size: int, groups: int) -> None:
                 f"g_idx is inconsistent with group_size={group_size}: group {g} has "
                 f"{counts[g]} rows ({bad.size} of {groups} groups differ)"
             )
+
+
+def concatenate(parts: list[GptqTensors]) -> GptqTensors:
+    """Layers that read the same input, as one layer of their columns side by side.
+
+    ``x @ concatenate([A, B]).dequantize() == [x @ A.dequantize(), x @ B.dequantize()]``
+    exactly: codes, scales and zero-points are per column, so they concatenate along N. The
+    zero-points are repacked in the first part's convention.
+
+    Parameters
+    ----------
+    parts : list of GptqTensors
+        At least one; all of the same bits, group size, K and ``g_idx`` (act_order layers of
+        one input share their Hessian's order, so GPTQ gives them the same g_idx).
+
+    Returns
+    -------
+    GptqTensors
+        qweight int32 [K*bits/32, sum N], scales [G, sum N] (float16 unless a part is float32),
+        qzeros int32 [G, sum N * bits/32], the parts' g_idx.
+
+    Raises
+    ------
+    FormatError
+        The parts differ in bits, group size, K or g_idx (the message names the first that
+        differs and how).
+    """
+    if not parts:
+        raise FormatError("concatenate needs at least one layer")
+    first = parts[0]
+    for index, part in enumerate(parts[1:], 1):
+        for field in ("bits", "group_size", "in_features"):
+            if getattr(part, field) != getattr(first, field):
+                raise FormatError(f"part {index} has {field}={getattr(part, field)} but part 0 "
+                                  f"has {field}={getattr(first, field)}: layers concatenate "
+                                  "along N only with the same quantization and K")
+        if not np.array_equal(part.g_idx, first.g_idx):
+            differ = int(np.count_nonzero(part.g_idx != first.g_idx))
+            raise FormatError(f"part {index}'s g_idx differs from part 0's in {differ} of "
+                              f"{first.in_features} rows: act_order orders differ")
+    zeros = np.concatenate([part.zeros() for part in parts], axis=1)
+    scales = np.concatenate([part.scales for part in parts], axis=1)
+    return GptqTensors(
+        qweight=np.concatenate([part.qweight for part in parts], axis=1),
+        scales=scales,
+        qzeros=pack_zeros(zeros, first.bits, first.zero_convention),
+        g_idx=first.g_idx,
+        bits=first.bits,
+        group_size=first.group_size,
+        in_features=first.in_features,
+        out_features=sum(part.out_features for part in parts),
+        zero_convention=first.zero_convention,
+    )
