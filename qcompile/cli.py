@@ -2,7 +2,9 @@
 
     qcompile targets                               presets, and which this host supports
     qcompile tune  --target avx2 [spec] [--trials N] [--db URL]
-    qcompile tune  --target avx2 --from-gptq DIR [--batch M] [--trials N] [--db URL]
+    qcompile tune  --target avx2 --from-gptq DIR [--batch M[,M...]] [--fused] [--trials N]
+    qcompile generate --from-gptq DIR --target avx2 --prompt-tokens 1,2,3 | --prompt TEXT
+                   [--max-new-tokens N] [--db URL]     (a GPTQ Llama on qcompile kernels)
     qcompile build --target avx2 [spec] [--db URL] --out DIR
     qcompile tune  --target avx2 [spec] --rpc-tracker HOST:PORT --rpc-key KEY   (measure remotely)
     qcompile rpc-server --tracker HOST:PORT --key KEY [--host H] [--port P] [--name NAME]
@@ -17,8 +19,9 @@ Spec flags: --family (uniform), --bits (4), --group-size (128; -1 = whole column
 --four-bit-share, --outlier-share.
 
 Light: every argument is checked before TVM loads (seconds), so the commands import the
-modules that load it (tune, build) inside their functions, and tqdm (a tenth of a second) only
-when a tuning run starts.
+modules that load it (tune, build) inside their functions, tqdm (a tenth of a second) only
+when a tuning run starts, and ``generate`` imports ``qcompile.hf`` (torch, transformers:
+seconds) only when it runs.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import json
 import re
 import sys
 import time
+import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -41,7 +46,9 @@ from qcompile.cli_args import (
     existing_file,
     port_number,
     positive_int,
+    positive_ints,
     run_command,
+    token_ids,
     tracker_address,
 )
 from qcompile.cli_db import add_db_argument, add_db_commands, add_layer_arguments, open_layers
@@ -71,7 +78,8 @@ def parse_shape(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+def add_spec_arguments(parser: argparse.ArgumentParser, batches: bool = False) -> None:
+    """The spec flags; ``batches``: ``--batch`` takes a list (tune --from-gptq's M values)."""
     group = parser.add_argument_group("kernel spec")
     group.add_argument("--family", default="uniform", choices=sorted(FAMILIES),
                        help="kernel family (default: uniform)")
@@ -80,8 +88,13 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
                        help="rows of K per scale/zero group; -1 = whole column (default 128)")
     group.add_argument("--shape", type=parse_shape, default=parse_shape(DEFAULT_SHAPE),
                        metavar="KxN", help=f"in x out features (default {DEFAULT_SHAPE})")
-    group.add_argument("--batch", type=positive_int, default=1, metavar="M",
-                       help="activation rows per call (default 1: GEMV)")
+    if batches:
+        group.add_argument("--batch", type=positive_ints, default=(1,), metavar="M",
+                           help="activation rows per call (default 1: GEMV); with --from-gptq "
+                                "a list, e.g. 1,16")
+    else:
+        group.add_argument("--batch", type=positive_int, default=1, metavar="M",
+                           help="activation rows per call (default 1: GEMV)")
     group.add_argument("--dtype", default="float32", help="activation dtype (default float32)")
     for family in FAMILIES.values():
         family.add_cli_arguments(group)
@@ -145,6 +158,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
         require_tune_host(targets.get(args.target))
     if args.from_gptq:
         return tune_checkpoint(args)
+    if args.fused:
+        raise UsageError("--fused tunes a checkpoint's fused layers: give --from-gptq DIR")
+    if len(args.batch) > 1:
+        raise UsageError(f"--batch {','.join(map(str, args.batch))}: one spec has one M; a "
+                         "list is for --from-gptq")
+    args.batch = args.batch[0]
     spec = spec_from_args(args)  # every rule of the spec, before TVM loads (seconds)
     preset = targets.get(args.target)
     layers = open_layers(args)
@@ -167,10 +186,15 @@ def tune_checkpoint(args: argparse.Namespace) -> int:
     preset = targets.get(args.target)
     db_layers = open_layers(args)
     layers = gptq.load(args.from_gptq)
-    specs = gptq.distinct_specs(layers, m=args.batch, dtype=args.dtype,
-                           int8_activations=getattr(args, "int8_activations", False))
-    print(f"{args.from_gptq}: {len(layers)} GPTQ layers, {len(specs)} distinct kernel specs "
-          f"(M={args.batch}, {args.dtype})", flush=True)
+    count = f"{len(layers)} GPTQ layers"
+    if args.fused:  # the shapes qcompile generate (qcompile.hf) runs
+        layers = gptq.fuse_shared_inputs(layers)
+        count += f" ({len(layers)} with q/k/v and gate/up fused)"
+    int8 = getattr(args, "int8_activations", False)
+    specs = [spec for m in args.batch
+             for spec in gptq.distinct_specs(layers, m=m, dtype=args.dtype, int8_activations=int8)]
+    print(f"{args.from_gptq}: {count}, {len(specs)} distinct kernel specs "
+          f"(M={','.join(map(str, args.batch))}, {args.dtype})", flush=True)
     failed = 0
     started = STARTED  # the first run's time counts TVM's start-up
     for index, (spec, names) in enumerate(specs, 1):
@@ -186,6 +210,68 @@ def tune_checkpoint(args: argparse.Namespace) -> int:
         print("\n".join(summary.lines()))
         failed += summary.best_us is None
     return 1 if failed else 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """``qcompile generate``: greedy tokens from a GPTQ checkpoint on qcompile kernels, with
+    prefill and decode tokens/s (qcompile/hf.py)."""
+    preset = targets.get(args.target)
+    supported, reason = preset.host_support()
+    if not supported:
+        raise UsageError(f"target {preset.name!r} cannot run on this host: {reason}")
+    directory = Path(args.from_gptq)
+    if not directory.is_dir():
+        raise FormatError(f"--from-gptq {directory}: no checkpoint directory there")
+    gptq.read_config(directory)  # bits and group size, before torch and TVM load
+    if args.prompt is not None and not (directory / "tokenizer.json").is_file():
+        raise UsageError(f"--prompt needs a tokenizer in {directory} (tokenizer.json); give "
+                         "token ids instead: --prompt-tokens 1,2,3")
+    try:
+        from qcompile import hf  # torch and transformers: seconds
+    except ModuleNotFoundError as error:
+        if error.name not in ("transformers", "tokenizers"):
+            raise
+        raise UsageError(f"qcompile generate needs {error.name}: pip install "
+                         "'qcompile[model]'") from None
+    import torch  # loaded by qcompile.hf already
+
+    vocabulary = hf.model_config(directory).vocab_size
+    tokenizer = None
+    if args.prompt is not None:
+        from transformers import AutoTokenizer  # loaded by qcompile.hf already
+
+        tokenizer = AutoTokenizer.from_pretrained(str(directory))
+        ids = tokenizer(args.prompt)["input_ids"]
+    else:
+        ids = args.prompt_tokens
+    outside = [i for i in ids if i >= vocabulary]
+    if outside:
+        raise UsageError(f"token {outside[0]} is outside the vocabulary of {directory} "
+                         f"(ids 0..{vocabulary - 1})")
+    if not ids:
+        raise UsageError(f"the prompt {args.prompt!r} has no tokens")
+    with warnings.catch_warnings():  # the report below says it in one line
+        warnings.simplefilter("ignore")
+        model = hf.from_gptq(directory, target=args.target, db=args.db, dtype=args.dtype,
+                             on_missing=args.on_missing, tune_trials=args.trials,
+                             fuse=not args.no_fuse, int8_activations=args.int8_activations)
+        report = model.qcompile
+        result = hf.generate(model, torch.tensor([ids]), args.max_new_tokens)
+    tokens = result.tokens[0].tolist()
+    print(f"prompt: {len(ids)} tokens: {' '.join(map(str, ids))}")
+    print(f"generated: {len(tokens)} tokens: {' '.join(map(str, tokens))}")
+    if tokenizer is not None:
+        print(f"text: {tokenizer.decode(tokens)}")
+    print(f"prefill: {result.prompt_tokens} tokens in {result.prefill_s:.3f} s = "
+          f"{result.prefill_tokens_per_s:.1f} tokens/s")
+    decode = result.decode_tokens_per_s
+    print(f"decode: {len(tokens) - 1} tokens in {result.decode_s:.3f} s = "
+          + (f"{decode:.1f} tokens/s" if decode is not None else "n/a (one new token)"))
+    tuned = report.specs - len(report.untuned)
+    print(f"kernels: {report.specs} specs on {preset.name}, {tuned} tuned"
+          + (f", {len(report.untuned)} untuned; tune them once with: {report.command}"
+             if report.untuned else ""))
+    return 0
 
 
 def cmd_rpc_server(args: argparse.Namespace) -> int:
@@ -263,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tune", help="tune a kernel spec for a target into the database")
     p.add_argument("--target", required=True, choices=sorted(targets.PRESETS))
-    add_spec_arguments(p)
+    add_spec_arguments(p, batches=True)
     p.add_argument("--trials", type=positive_int, default=DEFAULT_TRIALS,
                    help=f"candidates to build and measure (default {DEFAULT_TRIALS})")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
@@ -271,6 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-gptq", metavar="DIR", default=None,
                    help="tune every distinct layer shape of this GPTQ checkpoint (bits, group "
                         "size and shapes come from it; --batch and --dtype still apply)")
+    p.add_argument("--fused", action="store_true",
+                   help="with --from-gptq: tune the shapes qcompile generate runs, q/k/v and "
+                        "gate/up fused into one layer each")
     add_db_argument(p)
     add_layer_arguments(p)
     p.add_argument("--force", action="store_true",
@@ -285,6 +374,33 @@ def build_parser() -> argparse.ArgumentParser:
     remote.add_argument("--rpc-timeout", type=positive_int, default=120, metavar="S",
                         help="seconds one remote measuring session may last (default 120)")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("generate", help="generate tokens with a GPTQ Llama-family checkpoint on "
+                                        "qcompile kernels; prints tokens/s")
+    p.add_argument("--from-gptq", required=True, metavar="DIR",
+                   help="the checkpoint: config.json, quantize config, safetensors")
+    prompt = p.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt-tokens", type=token_ids, metavar="IDS",
+                        help="the prompt as token ids, e.g. 1,2,3")
+    prompt.add_argument("--prompt", metavar="TEXT",
+                        help="the prompt as text (needs a tokenizer in DIR)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=32, metavar="N",
+                   help="tokens to generate (default 32; fewer if the model ends the text)")
+    p.add_argument("--target", required=True,
+                   choices=sorted(n for n, t in targets.PRESETS.items() if t.kind == "cpu"))
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"),
+                   help="activation dtype (default float32)")
+    p.add_argument("--int8-activations", action="store_true",
+                   help="integer dot-product kernels for 2/3/4-bit layers (x rounded to int8)")
+    p.add_argument("--on-missing", default="untuned", choices=("untuned", "error", "tune"),
+                   help="a kernel without a tuned record: build it untuned (default), stop "
+                        "with the command that tunes it, or tune it now (--trials)")
+    p.add_argument("--trials", type=positive_int, default=DEFAULT_TRIALS,
+                   help=f"candidates per kernel with --on-missing tune (default {DEFAULT_TRIALS})")
+    p.add_argument("--no-fuse", action="store_true",
+                   help="run q/k/v and gate/up as separate kernels")
+    add_db_argument(p)
+    p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("rpc-server", help="serve this machine's device to tuners through a TVM "
                                           "RPC tracker (qcompile tune --rpc-tracker)")

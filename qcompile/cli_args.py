@@ -190,6 +190,59 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_ints(text: str) -> tuple[int, ...]:
+    """An argparse ``type`` for a comma-separated list of counts of at least 1 (``--batch
+    1,16``).
+
+    Parameters
+    ----------
+    text : str
+        The flag's value as typed.
+
+    Returns
+    -------
+    tuple of int
+        In the order typed, each once.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        When an item is not an integer, or is below 1.
+    """
+    return tuple(dict.fromkeys(positive_int(item.strip()) for item in text.split(",")))
+
+
+def token_ids(text: str) -> list[int]:
+    """An argparse ``type`` for token ids, comma-separated (``--prompt-tokens 1,2,3``).
+
+    Parameters
+    ----------
+    text : str
+        The flag's value as typed.
+
+    Returns
+    -------
+    list of int
+        At least one id, each at least 0, in the order typed.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        When an item is not an integer, or is negative.
+    """
+    ids = []
+    for item in text.split(","):
+        try:
+            ids.append(int(item.strip()))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected token ids separated by commas (e.g. 1,2,3); got {item.strip()!r}"
+            ) from None
+        if ids[-1] < 0:
+            raise argparse.ArgumentTypeError(f"token ids are at least 0; got {ids[-1]}")
+    return ids
+
+
 def tracker_address(text: str) -> tuple[str, int]:
     """An argparse ``type`` for an RPC tracker's address, ``HOST:PORT`` (``--rpc-tracker``,
     ``--tracker``), checked before TVM loads.
