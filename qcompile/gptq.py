@@ -255,7 +255,7 @@ def fuse_shared_inputs(layers: dict[str, GptqLayer]) -> dict[str, GptqLayer]:
     Returns
     -------
     dict of str to GptqLayer
-        The fused layers in place of their first part, the other layers unchanged, in order.
+        Each fused layer where the first of its parts stood, the other layers unchanged.
     """
     fused: dict[str, GptqLayer] = {}
     absorbed: dict[str, str] = {}  # part name -> fused name

@@ -67,6 +67,7 @@ class KernelCache:
         self.on_missing = on_missing
         self.tune_trials = tune_trials
         self._kernels: dict[str, object] = {}
+        self._untuned: set[str] = set()  # digests of the kernels built without a record
         self._has_record: dict[str, bool] = {}
         self._lock = threading.Lock()
 
@@ -82,7 +83,7 @@ class KernelCache:
 
     def has_record(self, spec) -> bool:
         """Whether ``spec`` has a successful record here: a key lookup, no TensorIR built."""
-        if spec.digest() in self._kernels:
+        if spec.digest() in self._kernels and spec.digest() not in self._untuned:
             return True
         if spec.digest() not in self._has_record:
             from qcompile import _tvm
@@ -127,6 +128,7 @@ class KernelCache:
                 so_path = out / f"{spec.name()}.so"
                 if not so_path.is_file():
                     so_path = build_untuned(spec, self.preset, out).so_path
+                self._untuned.add(spec.digest())
                 return load_kernel(str(so_path))
             raise NoRecordError(
                 f"no tuned record for {spec.name()} on {self.preset.name} in "
