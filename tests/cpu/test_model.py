@@ -78,6 +78,21 @@ def test_checkpoints_generate_on_kernels(cache, name):
     assert torch.equal(ours.tokens, hf.generate(reference, ids, 16, min_new_tokens=16).tokens)
 
 
+@pytest.mark.parametrize("family", ["Mistral", "Qwen2", "Qwen3"])
+def test_other_llama_family_models(cache, tmp_path, family):
+    """The other model types of hf.MODEL_TYPES (Qwen2: q/k/v biases; Qwen3: q/k norms after
+    the projections), written by write_gptq, on the dense path."""
+    config = getattr(transformers, f"{family}Config")(
+        vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=64)
+    torch.manual_seed(1)
+    model = getattr(transformers, f"{family}ForCausalLM")(config)
+    checkpoint = hf.write_gptq(model, tmp_path, bits=4, group_size=32, desc_act=True)
+    ours = hf.from_gptq(checkpoint, db=DB, prefill_rows=1)
+    assert isinstance(ours.model.layers[1].self_attn.qkv_proj, QuantLinear)
+    assert error(ours, hf.dequantized(checkpoint), PROMPT) < TOLERANCE["float32"]
+
+
 # ---- a three-layer Llama written by qcompile.gptq.save -------------------------------------
 
 

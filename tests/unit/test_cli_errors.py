@@ -289,3 +289,35 @@ def test_refused_before_tvm_or_torch_is_imported(args, env):
                             text=True, timeout=60, cwd=REPO)
     assert result.stdout.split() == ["2", "none"], (result.stdout, result.stderr)
     assert len(result.stderr.splitlines()) == 1
+
+
+# ---- qcompile generate: bad checkpoints and prompts, one line each ------------------------------
+
+def _set_json(path: Path, key: str, value) -> None:
+    data = json.loads(path.read_text())
+    data[key] = value
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("case, args, fragments", [
+    ("missing", ["--prompt-tokens", "1"], ["--from-gptq", "no checkpoint directory there"]),
+    ("gpt2", ["--prompt-tokens", "1"], ["model_type='gpt2' is not a Llama-family model",
+                                        "llama, mistral, qwen2, qwen3"]),
+    ("bits5", ["--prompt-tokens", "1"], ["bits=5 is not supported", "(2, 3, 4, 8)"]),
+    ("ok", ["--prompt-tokens", "1,64"], ["token 64 is outside the vocabulary", "(ids 0..63)"]),
+    ("ok", ["--prompt", "hello"], ["--prompt needs a tokenizer", "--prompt-tokens 1,2,3"]),
+    ("ok", ["--prompt-tokens", "1,x"], ["argument --prompt-tokens", "'x'"]),
+    ("ok", ["--prompt-tokens", "1", "--prompt", "a"], ["not allowed with argument"]),
+    ("ok", ["--prompt-tokens", "1", "--max-new-tokens", "0"], ["--max-new-tokens", "got 0"]),
+])
+def test_generate_errors(case, args, fragments, checkpoint, env):
+    """Refused before any kernel is built: a missing directory, a model that is not
+    Llama-family, bits the kernels lack, a prompt that does not fit the model."""
+    if case == "gpt2":
+        _set_json(checkpoint / "config.json", "model_type", "gpt2")
+    if case == "bits5":
+        _set_json(checkpoint / "quantize_config.json", "bits", 5)
+    directory = checkpoint / "missing" if case == "missing" else checkpoint
+    result = qcompile(["generate", "--target", "avx2", "--from-gptq", str(directory), *args],
+                      env)
+    assert_one_line(result, *fragments)
