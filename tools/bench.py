@@ -3,6 +3,7 @@
     kernels     families x target x shapes x batches x activations, with the peers
     prefill     QuantLinear: from how many rows the dense prefill path beats the kernels
     act-order   QuantLinear and kernels: the cost of act_order, fused or separate gather
+    model       a GPTQ Llama on qcompile kernels: decode and prefill tokens/s, transformers peer
 
 Examples (tools/README.md lists the commands behind every file in tools/results):
 
@@ -10,6 +11,7 @@ Examples (tools/README.md lists the commands behind every file in tools/results)
     python tools/bench.py kernels --preset cpu --json tools/results/kernels_cpu_avx2.json
     python tools/bench.py kernels --preset cuda --db sqlite:////tmp/qc/tuning.sqlite
     python tools/bench.py prefill --db sqlite:////tmp/bench/tuning.sqlite
+    python tools/bench.py model --model tiny --batches 1,4 --prompt 64 --rounds 1
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tools.harness
 
-from tools.jobs import act_order, kernels, prefill  # noqa: E402
+from tools.jobs import act_order, kernels, model, prefill  # noqa: E402
 
-JOBS = {"kernels": kernels, "prefill": prefill, "act-order": act_order}
+JOBS = {"kernels": kernels, "prefill": prefill, "act-order": act_order, "model": model}
 
 
 def main(argv=None) -> int:
