@@ -40,7 +40,13 @@ from safetensors import safe_open
 
 from qcompile import gptq
 from qcompile.errors import FormatError, NoRecordError, UsageError
-from qcompile.nn import MAX_KERNEL_ROWS, PREFILL_ROWS, QuantLinear, replace_linear
+from qcompile.nn import (
+    MAX_KERNEL_ROWS,
+    PREFILL_ROWS,
+    QuantLinear,
+    replace_linear,
+    row_plan,
+)
 from qcompile.quantize.rtn import quantize_rtn
 from tuning_db.url import db_option
 
@@ -184,7 +190,8 @@ class KernelReport:
     kernel_rows : tuple of int
         The row counts M with kernels of their own, before tuned ones of other M join.
     command : str
-        The one command that tunes every kernel the model runs.
+        The one command that tunes every kernel the model runs ("" when every call takes
+        the dense path).
     """
 
     specs: int
@@ -247,9 +254,7 @@ def prepare_kernels(model: torch.nn.Module, *, batch_sizes: Sequence[int] = (1,)
                  if kernels.has_record(module.spec(m, kernel_dtype))}
         specs += len(set(required) | tuned)
         untuned += [module.spec(m, kernel_dtype).name() for m in required if m not in tuned]
-        available = tuned | set(required)
-        plans[shape] = {count: min(m for m in available if m >= count)
-                        for count in range(1, largest + 1)}
+        plans[shape] = row_plan(tuned | set(required), largest)
     command = _tune_command(kernels, checkpoint, required, dtype, modules, fused)
     report = KernelReport(specs=specs, untuned=tuple(untuned), kernel_rows=tuple(required),
                           command=command)
@@ -272,6 +277,8 @@ def prepare_kernels(model: torch.nn.Module, *, batch_sizes: Sequence[int] = (1,)
 
 def _tune_command(kernels, checkpoint: str, rows: Sequence[int], dtype: str,
                   modules: list[QuantLinear], fused: bool) -> str:
+    if not rows:  # every call takes the dense path: no kernel to tune
+        return ""
     flags = [f"--batch {','.join(map(str, rows))}"]
     if any(m.int8_activations for m in modules):
         flags.append("--int8-activations")

@@ -88,16 +88,28 @@ def _quant_linear_fake(x: torch.Tensor, handle: int) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], _modules[handle].out_features))
 
 
-def row_plan(kernel_rows: Iterable[int]) -> dict[int, int]:
-    """Which kernel serves each row count: count R (1..MAX_KERNEL_ROWS) -> the smallest M >= R
-    of ``kernel_rows`` (x zero-padded to M rows). ``kernel_rows`` must hold MAX_KERNEL_ROWS,
-    which serves every count (and the chunks of 16 rows below the prefill path)."""
+def row_plan(kernel_rows: Iterable[int], counts: int = MAX_KERNEL_ROWS) -> dict[int, int]:
+    """Which kernel serves each row count: count R (1..``counts``) -> the smallest M >= R of
+    ``kernel_rows`` (x zero-padded to M rows).
+
+    Parameters
+    ----------
+    kernel_rows : iterable of int
+        The M with kernels, each in 1..MAX_KERNEL_ROWS; the largest at least ``counts``.
+    counts : int
+        The largest row count a kernel serves: MAX_KERNEL_ROWS (16, which also serves the
+        chunks of longer calls) unless ``prefill_rows`` sends fewer rows to the dense path.
+
+    Returns
+    -------
+    dict of int to int
+    """
     available = sorted(set(kernel_rows))
-    if MAX_KERNEL_ROWS not in available or available[0] < 1:
-        raise ArgumentError(f"kernel rows must lie in 1..{MAX_KERNEL_ROWS} and include "
-                            f"{MAX_KERNEL_ROWS}; got {available}")
-    return {count: next(m for m in available if m >= count)
-            for count in range(1, MAX_KERNEL_ROWS + 1)}
+    if counts and (not available or available[0] < 1 or available[-1] > MAX_KERNEL_ROWS
+                   or available[-1] < counts):
+        raise ArgumentError(f"kernel rows must lie in 1..{MAX_KERNEL_ROWS} and reach "
+                            f"{counts}; got {available}")
+    return {count: next(m for m in available if m >= count) for count in range(1, counts + 1)}
 
 
 def kernel_cache(target: str = "avx2", db: str | None = None, on_missing: str = "error",
