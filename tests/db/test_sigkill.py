@@ -21,7 +21,7 @@ from qcompile.tune import BATCH
 from tuning_db import Storage
 
 ROOT = Path(__file__).resolve().parents[2]
-TRIALS = 20
+TRIALS = 12  # one batch of 8 committed before the kill, a few more after the rerun
 TUNE = ["tune", "--target", "avx2", "--shape", "128x64", "--group-size", "32", "--quiet"]
 
 
