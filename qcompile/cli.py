@@ -101,7 +101,13 @@ def add_spec_arguments(parser: argparse.ArgumentParser, batches: bool = False) -
 
 
 def spec_from_args(args: argparse.Namespace) -> KernelSpec:
+    """The one spec the flags name (``tune``'s ``--batch`` list must then hold one M)."""
     k, n = args.shape
+    if isinstance(args.batch, tuple | list):
+        if len(args.batch) > 1:
+            raise UsageError(f"--batch {','.join(map(str, args.batch))}: one spec has one M; "
+                             "a list is for --from-gptq")
+        args = argparse.Namespace(**{**vars(args), "batch": args.batch[0]})
     return get_family(args.family).spec_from_cli(args, k=k, n=n)
 
 
@@ -160,10 +166,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return tune_checkpoint(args)
     if args.fused:
         raise UsageError("--fused tunes a checkpoint's fused layers: give --from-gptq DIR")
-    if len(args.batch) > 1:
-        raise UsageError(f"--batch {','.join(map(str, args.batch))}: one spec has one M; a "
-                         "list is for --from-gptq")
-    args.batch = args.batch[0]
     spec = spec_from_args(args)  # every rule of the spec, before TVM loads (seconds)
     preset = targets.get(args.target)
     layers = open_layers(args)
