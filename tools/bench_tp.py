@@ -1,15 +1,18 @@
-"""TP-aware vs naive act_order MLP latency, the TP-aware dequantization paper's tables.
+"""act_order MLP latency under tensor parallelism: the naive, TP-aware and rank-sorted algorithms
+(the TP-aware dequantization paper's tables, plus vLLM's way).
 
 One torchrun job per TP size; every rank builds the same synthetic act_order layers (4-bit,
-g=128, scrambled g_idx), shards them for both algorithms with qcompile.tp, and times both on the
-same activations, alternating algorithm by repeat so noise hits both alike. Rank 0 prints the
-table and writes JSON.
+g=128, scrambled g_idx), shards them for every algorithm with qcompile.tp, and times them on the
+same activations, rotating the algorithms' order by repeat so noise hits all alike, once per
+local GEMM backend. Rank 0 prints the table and writes JSON.
 
     torchrun --standalone --nproc-per-node 2 tools/bench_tp.py --json tp2.json
 
-On GPUs the local GEMMs use the torch fallback (each shard dequantized once to fp16, cuBLAS), as
-the paper measured in fp16; NCCL does the collectives, with NVLink multicast off
-(NCCL_NVLS_ENABLE=0). On a CPU it runs on gloo with --models tiny for a smoke test.
+Backends (``--backends``): ``torch-dequant``, the torch fallback (each shard dequantized once, fp16
+on GPUs, as the paper measured), and ``qcompile``, our kernels in float32 through the kernel
+cache (the database's best record, else the untuned heuristic; each row says which). On GPUs
+NCCL does the collectives, with NVLink multicast off (NCCL_NVLS_ENABLE=0). On a CPU it runs on
+gloo; ``--models tiny`` makes a smoke test.
 """
 
 from __future__ import annotations
@@ -20,14 +23,26 @@ import os
 import statistics
 import sys
 import time
+import warnings
+from functools import partial
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tools.harness
+
+import targets  # noqa: E402
+from qcompile.tp import ALGORITHMS, MlpLayers, TensorParallelMLP, shard_mlp  # noqa: E402
+from qcompile.tp.local_linear import KernelLinear, TorchDequantLinear  # noqa: E402
+from qcompile.tp.synthetic import random_act_order_layer  # noqa: E402
+from tools.harness.loading import load  # noqa: E402
 
 MODELS = {  # K1, N1, N2 (the paper's MLP problem sizes)
     "llama70b": (8192, 28672, 8192),
     "granite20b": (6144, 24576, 6144),
     "tiny": (256, 1024, 256),
 }
+BACKENDS = ("torch-dequant", "qcompile")
 
 
 def time_mlp(mlp, x, iterations: int, synchronize) -> float:
@@ -43,34 +58,71 @@ def time_mlp(mlp, x, iterations: int, synchronize) -> float:
     return (time.perf_counter() - start) / iterations
 
 
+def in_turns(build, rank: int, size: int):
+    """``build()`` on one rank at a time: the ranks share one kernel cache directory, and a
+    kernel one rank builds is then loaded, not built again, by the next."""
+    import torch.distributed as dist
+
+    result = None
+    for turn in range(size):
+        if turn == rank:
+            result = build()
+        dist.barrier()
+    return result
+
+
 def main(argv=None) -> int:
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast on shared hosts
     import torch
     import torch.distributed as dist
-
-    from qcompile.tp import ALGORITHMS, MlpLayers, TensorParallelMLP, shard_mlp
-    from qcompile.tp.local_linear import TorchDequantLinear
-    from qcompile.tp.synthetic import random_act_order_layer
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="llama70b,granite20b")
     parser.add_argument("--rows", default="1,2,4,8,16", help="batch sizes M")
     parser.add_argument("--bits", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=128)
+    parser.add_argument("--backends", default=",".join(BACKENDS),
+                        help=f"local GEMMs, comma-separated: {', '.join(BACKENDS)}")
+    parser.add_argument("--target", help="qcompile backend's preset (default: cuda on a GPU, "
+                                         "else avx2)")
+    parser.add_argument("--db", default=None, help="tuning database URL (qcompile backend)")
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
+    backends = args.backends.split(",")
+    if unknown := [b for b in backends if b not in BACKENDS]:
+        parser.error(f"--backends: unknown {unknown}; choose from {list(BACKENDS)}")
+    if unknown := [m for m in args.models.split(",") if m not in MODELS]:
+        parser.error(f"--models: unknown {unknown}; choose from {list(MODELS)}")
 
     cuda = torch.cuda.is_available()
+    target = args.target or ("cuda" if cuda else "avx2")
+    if "qcompile" in backends and targets.get(target).kind != ("cuda" if cuda else "cpu"):
+        parser.error(f"--target {target} runs on a {targets.get(target).kind} device; this "
+                     f"host's tensors are on {'cuda' if cuda else 'cpu'}")
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if cuda:
         torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
-    dtype = torch.float16 if cuda else torch.float32
+    fallback_dtype = torch.float16 if cuda else torch.float32
     synchronize = torch.cuda.synchronize if cuda else (lambda: None)
+    device_name = torch.cuda.get_device_name() if cuda else "cpu"
+
+    origins = []  # where each qcompile kernel came from (tuned record, untuned heuristic)
+
+    def kernel_of(spec):
+        kernel, origin = load(spec, target, db=args.db)
+        origins.append(origin["source"])
+        return kernel
+
+    def build_mlps(shards, make_linear):
+        return {name: TensorParallelMLP(s, make_linear).to(device) for name, s in shards.items()}
+
+    def kernel_linear(rows):
+        return lambda shard: KernelLinear(shard, kernel_of, rows)
 
     rows_list = [int(r) for r in args.rows.split(",")]
     results = []
@@ -81,44 +133,78 @@ def main(argv=None) -> int:
             up=random_act_order_layer(k1, n1, args.bits, args.group_size, rng),
             down=random_act_order_layer(n1, n2, args.bits, args.group_size, rng),
         )
-        mlps = {}
-        for algorithm in ALGORITHMS:
-            shards = shard_mlp(layers, rank, size, algorithm)
-            mlps[algorithm] = TensorParallelMLP(
-                shards, lambda shard: TorchDequantLinear(shard, dtype, device)).to(device)
+        shards = {algorithm: shard_mlp(layers, rank, size, algorithm) for algorithm in ALGORITHMS}
         del layers
-        for rows in rows_list:
-            x = torch.randn(rows, k1, generator=torch.Generator().manual_seed(rows)).to(
-                device=device, dtype=dtype)
-            outputs = {name: mlp(x) for name, mlp in mlps.items()}  # warm-up, and a check
-            agreement = float((outputs["naive"] - outputs["tp_aware"]).abs().max()
-                              / outputs["naive"].abs().max())
-            timings = {name: [] for name in mlps}
-            for repeat in range(args.repeats):
-                order = ALGORITHMS if repeat % 2 == 0 else ALGORITHMS[::-1]
-                for name in order:
-                    timings[name].append(time_mlp(mlps[name], x, args.iterations, synchronize))
-            naive_ms = statistics.median(timings["naive"]) * 1e3
-            aware_ms = statistics.median(timings["tp_aware"]) * 1e3
-            row = {"model": model, "K1": k1, "N1": n1, "N2": n2, "tp": size, "M": rows,
-                   "naive_ms": naive_ms, "tp_aware_ms": aware_ms,
-                   "speedup": naive_ms / aware_ms, "max_rel_difference": agreement,
-                   "device": torch.cuda.get_device_name() if cuda else "cpu",
-                   "local_gemm": f"torch-dequant {str(dtype).removeprefix('torch.')}"}
-            results.append(row)
-            if rank == 0:
-                print(f"{model:10s} TP={size} M={rows:2d}  naive {naive_ms:7.3f} ms  "
-                      f"tp-aware {aware_ms:7.3f} ms  speedup {row['speedup']:.2f}x  "
-                      f"(outputs agree to {agreement:.1e})", flush=True)
+        for backend in backends:
+            if backend == "torch-dequant":
+                fallback = build_mlps(
+                    shards, lambda shard: TorchDequantLinear(shard, fallback_dtype, device))
+            for rows in rows_list:
+                if backend == "torch-dequant":
+                    mlps, dtype, kernels = fallback, fallback_dtype, None
+                    local_gemm = f"torch-dequant {str(dtype).removeprefix('torch.')}"
+                else:
+                    origins.clear()
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")  # the row says "untuned" instead
+                        mlps = in_turns(partial(build_mlps, shards, kernel_linear(rows)),
+                                        rank, size)
+                    dtype, local_gemm = torch.float32, f"qcompile {target} float32"
+                    kernels = sorted(set(origins))
+                row = run_row(mlps, rows, k1, dtype, device, args, synchronize)
+                row = {"model": model, "K1": k1, "N1": n1, "N2": n2, "tp": size, "M": rows,
+                       "backend": backend, **row, "device": device_name,
+                       "local_gemm": local_gemm, "kernels": kernels}
+                results.append(row)
+                if rank == 0:
+                    print(describe(row), flush=True)
+            if backend == "torch-dequant":
+                del fallback
     if rank == 0:
         for model in args.models.split(","):
-            mine = [r["speedup"] for r in results if r["model"] == model]
-            print(f"{model:10s} TP={size} average speedup over M: {statistics.mean(mine):.2f}x")
+            for backend in backends:
+                mine = [r for r in results if r["model"] == model and r["backend"] == backend]
+                means = "  ".join(
+                    f"{name} {statistics.mean(r[f'{name}_speedup'] for r in mine):.2f}x"
+                    for name in ALGORITHMS[1:])
+                print(f"{model:10s} TP={size} {backend:13s} mean speedup over naive: {means}")
         if args.json:
             with open(args.json, "w") as handle:
                 json.dump(results, handle, indent=2)
     dist.destroy_process_group()
     return 0
+
+
+def run_row(mlps: dict, rows: int, k1: int, dtype, device, args, synchronize) -> dict:
+    """Check every algorithm against the naive one, then time them: medians in ms, speedups
+    over naive, and the largest relative difference of an output from the naive one."""
+    import torch
+
+    x = torch.randn(rows, k1, generator=torch.Generator().manual_seed(rows)).to(
+        device=device, dtype=dtype)
+    outputs = {name: mlp(x) for name, mlp in mlps.items()}  # warm-up, and a check
+    scale = float(outputs["naive"].abs().max())
+    difference = max(float((outputs[name] - outputs["naive"]).abs().max()) / scale
+                     for name in ALGORITHMS)
+    timings = {name: [] for name in ALGORITHMS}
+    for repeat in range(args.repeats):
+        shift = repeat % len(ALGORITHMS)
+        for name in ALGORITHMS[shift:] + ALGORITHMS[:shift]:
+            timings[name].append(time_mlp(mlps[name], x, args.iterations, synchronize))
+    ms = {name: statistics.median(timings[name]) * 1e3 for name in ALGORITHMS}
+    return {**{f"{name}_ms": ms[name] for name in ALGORITHMS},
+            **{f"{name}_speedup": ms["naive"] / ms[name] for name in ALGORITHMS[1:]},
+            "max_rel_difference": difference}
+
+
+def describe(row: dict) -> str:
+    """One printed line: every algorithm's median and its speedup over the naive one."""
+    times = "  ".join(f"{name} {row[f'{name}_ms']:7.3f} ms"
+                      + (f" ({row[f'{name}_speedup']:.2f}x)" if name != "naive" else "")
+                      for name in ALGORITHMS)
+    kernels = f" [{', '.join(row['kernels'])}]" if row["kernels"] else ""
+    return (f"{row['model']:10s} TP={row['tp']} M={row['M']:2d} {row['backend']:13s} {times}  "
+            f"(outputs agree to {row['max_rel_difference']:.1e}){kernels}")
 
 
 if __name__ == "__main__":

@@ -2,14 +2,20 @@
 
 Two backends, chosen explicitly by the caller:
 
-- :class:`KernelLinear` runs a compiled qcompile kernel (``qcompile.load``) on the shard;
+- :class:`KernelLinear` runs a compiled qcompile kernel (``qcompile.load`` from a directory, or
+  any function from a spec to a loaded kernel, such as ``KernelCache.get``) on the shard;
 - :class:`TorchDequantLinear` is the torch fallback, named as such: it dequantizes the shard once
   and multiplies with ``torch.matmul`` in the requested dtype (how the TP-aware paper measured
   its GEMMs, in fp16). It serves GPUs until qcompile's CUDA kernels cover a shape.
+
+A shard is a :class:`~qcompile.formats.gptq.GptqTensors` or, for the rank-sorted algorithm's
+down layer, a :class:`~qcompile.tp.sorted_rows.SortedRowShard`, which the kernels run in its
+padded sequential layout (:meth:`~qcompile.tp.sorted_rows.SortedRowShard.sequential`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +24,32 @@ import qcompile
 from qcompile.errors import ArgumentError
 from qcompile.formats.gptq import GptqTensors
 from qcompile.kernels.uniform import UniformSpec
+from qcompile.runtime import Kernel
+from qcompile.tp.sorted_rows import SortedRowShard
 
 
-def shard_spec(shard: GptqTensors, rows: int) -> UniformSpec:
-    """The uniform kernel spec that multiplies ``rows`` activation rows by ``shard``."""
-    return UniformSpec(k=shard.in_features, n=shard.out_features, bits=shard.bits,
-                       group_size=shard.group_size, m=rows)
+def kernel_layer(shard: GptqTensors | SortedRowShard) -> tuple[np.ndarray | None, GptqTensors]:
+    """The sequential layer a uniform kernel runs for ``shard``, and the gather of its input.
+
+    Returns
+    -------
+    index : numpy.ndarray of int64 [K_kernel], or None
+        Columns of the shard's input [M, K_local] with a zero column appended (index K_local)
+        that the kernel reads, in order (a padded SortedRowShard); None: the input as it is.
+    layer : GptqTensors
+        [K_kernel, N_local]: ``shard`` itself, or a SortedRowShard's ``sequential()`` layer.
+    """
+    if isinstance(shard, SortedRowShard):
+        return shard.sequential()
+    return None, shard
+
+
+def shard_spec(shard: GptqTensors | SortedRowShard, rows: int) -> UniformSpec:
+    """The uniform kernel spec that multiplies ``rows`` activation rows by ``shard`` (by its
+    :func:`kernel_layer`)."""
+    _, layer = kernel_layer(shard)
+    return UniformSpec(k=layer.in_features, n=layer.out_features, bits=layer.bits,
+                       group_size=layer.group_size, m=rows)
 
 
 class KernelLinear:
@@ -31,26 +57,44 @@ class KernelLinear:
 
     Parameters
     ----------
-    shard : GptqTensors
-        A sequential (trivial g_idx) shard, [K_local, N_local].
-    kernel_dir : str or Path
+    shard : GptqTensors or SortedRowShard
+        A sequential (trivial g_idx) shard [K_local, N_local], or a rank-sorted row shard (run
+        in its padded sequential layout, see :func:`kernel_layer`).
+    kernels : str, Path or callable
         Directory holding ``<spec name>.so`` and its manifest for ``shard_spec(shard, rows)``
-        (``qcompile build`` writes them).
+        (``qcompile build`` writes them), or a function from that spec to its loaded
+        :class:`~qcompile.runtime.Kernel` (``qcompile.kernel_cache.KernelCache(...).get``).
     rows : int
         Activation rows M per call.
     """
 
     backend = "qcompile"
 
-    def __init__(self, shard: GptqTensors, kernel_dir: str | Path, rows: int) -> None:
-        spec = shard_spec(shard, rows)
-        self.kernel = qcompile.load(str(Path(kernel_dir) / f"{spec.name()}.so"))
-        self.weights = self.kernel.prepare(qweight=shard.qweight, scales=shard.scales,
-                                           qzeros=shard.qzeros,
-                                           zero_convention=shard.zero_convention)
+    def __init__(self, shard: GptqTensors | SortedRowShard,
+                 kernels: str | Path | Callable[[UniformSpec], Kernel], rows: int) -> None:
+        import torch
+
+        index, layer = kernel_layer(shard)
+        spec = shard_spec(layer, rows)
+        if callable(kernels):
+            self.kernel = kernels(spec)
+        else:
+            self.kernel = qcompile.load(str(Path(kernels) / f"{spec.name()}.so"))
+        self.weights = self.kernel.prepare(qweight=layer.qweight, scales=layer.scales,
+                                           qzeros=layer.qzeros,
+                                           zero_convention=layer.zero_convention)
+        self.index = None if index is None else torch.from_numpy(index).to(self.kernel.device)
+        self.in_features = shard.in_features
 
     def __call__(self, x):
-        """x: float32 [M, K_local] on the CPU -> float32 [M, N_local]."""
+        """x: float32 [M, K_local] on the kernel's device -> float32 [M, N_local]."""
+        import torch
+
+        if self.index is not None:  # the padded layout: a zero column feeds the padding rows
+            if x.dim() != 2 or x.shape[1] != self.in_features:
+                raise ArgumentError(f"x must have shape [M, {self.in_features}] (K_local of the "
+                                    f"shard); got {list(x.shape)}")
+            x = torch.nn.functional.pad(x, (0, 1)).index_select(1, self.index)
         return self.kernel(x, self.weights)
 
 
@@ -59,8 +103,8 @@ class TorchDequantLinear:
 
     Parameters
     ----------
-    shard : GptqTensors
-        [K_local, N_local], any g_idx.
+    shard : GptqTensors or SortedRowShard
+        [K_local, N_local], any g_idx (dequantized as it is: no padding).
     dtype : torch.dtype
         Dtype of the dense weight and of the activations it accepts (fp16 on GPUs).
     device : str or torch.device

@@ -1,14 +1,23 @@
-"""Tensor-parallel MLPs with act_order weights: the naive algorithm and the TP-aware one.
+"""Tensor-parallel MLPs with act_order weights: the naive algorithm, the TP-aware one, and the
+rank-sorted one (vLLM's).
 
 Megatron sharding: the first layer(s) (up, and gate for a Llama MLP) are column-parallel, the
-second (down) is row-parallel. With act_order, every layer is reordered offline (Algorithm 1):
-``x @ W == x[:, P] @ W[P]``. The row-parallel down layer then wants its input in order P2, so
+second (down) is row-parallel. With act_order, a layer is reordered offline (Algorithm 1):
+``x @ W == x[:, P] @ W[P]``. Reordered as a whole, the row-parallel down layer wants its input in
+order P2, so
 
 - the naive algorithm (Algorithm 2) gathers the first layer's output from every rank, permutes
   it by P2 and takes this rank's chunk: one AllGather per MLP;
 - the TP-aware algorithm (Algorithm 3) permutes the first layer's output columns by P2 offline
   (``W1[P1, P2]``), so each rank's local output is already the chunk the down layer needs: no
   AllGather, only the final AllReduce.
+
+The rank-sorted algorithm (vLLM's GPTQ-Marlin path) never reorders the down layer as a whole:
+rank r takes the down layer's rows ``[r*N1/size, (r+1)*N1/size)`` as stored, which are exactly
+the first layer's output columns it computes, keeps every group's scales and zero-points, and
+sorts its rows by group locally (Q_r, :mod:`qcompile.tp.sorted_rows`). At run time it gathers
+its own output columns by Q_r: no AllGather, no offline change to the first layer, only the
+final AllReduce; the price is the replicated scales and a local gather per call.
 
 Activations commute with column permutations, so a gated MLP permutes gate and up alike.
 """
@@ -22,8 +31,9 @@ import numpy as np
 
 from qcompile.formats.gptq import GptqTensors
 from qcompile.tp.shard import permute_columns, reorder, shard_columns, shard_rows
+from qcompile.tp.sorted_rows import SortedRowShard, shard_rows_sorted
 
-ALGORITHMS = ("naive", "tp_aware")
+ALGORITHMS = ("naive", "tp_aware", "rank_sorted")
 
 
 @dataclass(frozen=True)
@@ -54,25 +64,60 @@ class MlpLayers:
 
 @dataclass(frozen=True)
 class RankShards:
-    """What one rank holds: its shards (reordered, and for TP-aware column-permuted) and the
-    permutations it applies at run time."""
+    """What one rank holds: its shards and the permutations it applies at run time.
+
+    Attributes
+    ----------
+    algorithm : str
+        One of :data:`ALGORITHMS`.
+    rank, size : int
+    up_permutation : numpy.ndarray of int64, shape [K1]
+        P1 of up: gathers x.
+    gate_permutation : numpy.ndarray of int64, shape [K1], or None
+        P1 of gate.
+    down_permutation : numpy.ndarray of int64
+        naive: P2 [N1], permutes the gathered first-layer output; tp_aware: P2 [N1], folded into
+        the first layer's columns offline (unused at run time); rank_sorted: Q_r [N1/size], this
+        rank's local sort, gathers its own first-layer output.
+    up, gate : GptqTensors, [K1, N1/size]
+        Column shards, rows in P1 order (for tp_aware, columns in P2 order before sharding).
+    down : GptqTensors or SortedRowShard, [N1/size, N2]
+        naive and tp_aware: a row shard of the reordered layer (its groups' scales only);
+        rank_sorted: a :class:`~qcompile.tp.sorted_rows.SortedRowShard` (every group's scales).
+    """
 
     algorithm: str
     rank: int
     size: int
-    up_permutation: np.ndarray          # P1 of up: gathers x
-    gate_permutation: np.ndarray | None  # P1 of gate
-    down_permutation: np.ndarray        # P2: the naive algorithm permutes the gathered output
+    up_permutation: np.ndarray
+    gate_permutation: np.ndarray | None
+    down_permutation: np.ndarray
     up: GptqTensors
     gate: GptqTensors | None
-    down: GptqTensors
+    down: GptqTensors | SortedRowShard
 
 
 def shard_mlp(layers: MlpLayers, rank: int, size: int, algorithm: str) -> RankShards:
-    """Offline: reorder every layer, permute W1's columns by P2 (TP-aware only), shard."""
+    """Offline: what rank ``rank`` of ``size`` holds for ``algorithm``.
+
+    naive and tp_aware reorder every layer, permute W1's columns by P2 (tp_aware only) and
+    shard; rank_sorted reorders the first layer(s) as naive does, and takes its down shard with
+    :func:`~qcompile.tp.sorted_rows.shard_rows_sorted` (no global reorder of down).
+
+    Raises
+    ------
+    ValueError
+        An unknown algorithm, or a rank outside [0, size).
+    FormatError
+        A dimension the sharding cannot split (the message names it and the rule).
+    """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}; got {algorithm!r}")
-    down_permutation, down = reorder(layers.down)
+    if algorithm == "rank_sorted":
+        down_permutation, down = shard_rows_sorted(layers.down, rank, size)
+    else:
+        down_permutation, sequential_down = reorder(layers.down)
+        down = shard_rows(sequential_down, rank, size)
 
     def first_layer(layer: GptqTensors) -> tuple[np.ndarray, GptqTensors]:
         permutation, sequential = reorder(layer)
@@ -84,7 +129,7 @@ def shard_mlp(layers: MlpLayers, rank: int, size: int, algorithm: str) -> RankSh
     gate_permutation, gate = first_layer(layers.gate) if layers.gate is not None else (None, None)
     return RankShards(algorithm=algorithm, rank=rank, size=size, up_permutation=up_permutation,
                       gate_permutation=gate_permutation, down_permutation=down_permutation,
-                      up=up, gate=gate, down=shard_rows(down, rank, size))
+                      up=up, gate=gate, down=down)
 
 
 class TensorParallelMLP:
@@ -94,8 +139,8 @@ class TensorParallelMLP:
     ----------
     shards : RankShards
     make_linear : callable
-        ``make_linear(shard: GptqTensors) -> callable(x [M, K] -> [M, N])``: the local GEMM
-        backend (see :mod:`qcompile.tp.local_linear`).
+        ``make_linear(shard: GptqTensors | SortedRowShard) -> callable(x [M, K] -> [M, N])``:
+        the local GEMM backend (see :mod:`qcompile.tp.local_linear`).
     group : torch.distributed ProcessGroup, optional
     """
 
@@ -121,7 +166,8 @@ class TensorParallelMLP:
         return self
 
     def first_layer(self, x):
-        """This rank's first-layer output: [M, N1/size] (columns in P2 order for TP-aware)."""
+        """This rank's first-layer output: [M, N1/size] (columns in P2 order for TP-aware, in
+        the checkpoint's order otherwise)."""
         import torch
 
         hidden = self.up(x.index_select(1, self._up_index).contiguous())
@@ -152,6 +198,8 @@ class TensorParallelMLP:
         if self.shards.algorithm == "naive":
             full = self._gather_columns(hidden).index_select(1, self._down_index)
             hidden = full.chunk(self.shards.size, dim=1)[self.shards.rank].contiguous()
+        elif self.shards.algorithm == "rank_sorted":
+            hidden = hidden.index_select(1, self._down_index)  # Q_r: this rank's columns only
         out = self.down(hidden)
         dist.all_reduce(out, op=dist.ReduceOp.SUM, group=self.group)
         return out

@@ -37,7 +37,8 @@ def permute_columns(layer: GptqTensors, permutation: np.ndarray) -> GptqTensors:
     )
 
 
-def _shard_range(length: int, rank: int, size: int, what: str) -> tuple[int, int]:
+def shard_range(length: int, rank: int, size: int, what: str) -> tuple[int, int]:
+    """``[start, stop)`` of rank ``rank``'s equal part of ``length`` (named ``what`` in errors)."""
     if size <= 0 or not 0 <= rank < size:
         raise ValueError(f"rank must lie in [0, {size}) for world size {size}; got {rank}")
     if length % size:
@@ -48,7 +49,7 @@ def _shard_range(length: int, rank: int, size: int, what: str) -> tuple[int, int
 
 def shard_columns(layer: GptqTensors, rank: int, size: int) -> GptqTensors:
     """Column-parallel shard: output columns ``[rank*N/size, (rank+1)*N/size)``."""
-    start, stop = _shard_range(layer.out_features, rank, size, "N")
+    start, stop = shard_range(layer.out_features, rank, size, "N")
     values, _ = bitpack.block_shape(layer.bits)
     if (stop - start) % values:
         raise FormatError(
@@ -73,7 +74,7 @@ def shard_rows(layer: GptqTensors, rank: int, size: int) -> GptqTensors:
     if not is_trivial(layer.g_idx, layer.group_size):
         raise FormatError("row-sharding needs sequential groups: reorder the layer (g_idx is "
                           "not k // group_size)")
-    start, stop = _shard_range(layer.in_features, rank, size, "K")
+    start, stop = shard_range(layer.in_features, rank, size, "K")
     rows = stop - start
     values, words = bitpack.block_shape(layer.bits)
     if rows % values:

@@ -3,8 +3,9 @@
     torchrun --standalone --nproc-per-node 2 -m qcompile.tp.worker \\
         --layers mlp.npz --rows 4 --backend qcompile --kernels kernels/ --out result.npz
 
-Every rank shards the same layers for both algorithms, runs them on the same activations
-(seeded), and rank 0 writes both outputs (float64 [M, N2]) to ``--out``.
+Every rank shards the same layers for every algorithm (``ALGORITHMS``: naive, tp_aware,
+rank_sorted), runs them on the same activations (seeded), and rank 0 writes each one's output
+(float64 [M, N2], keyed by the algorithm's name) to ``--out``.
 """
 
 from __future__ import annotations

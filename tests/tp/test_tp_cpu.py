@@ -1,5 +1,5 @@
-"""Naive and TP-aware MLPs on gloo, world sizes 1, 2 and 4, scrambled g_idx, local GEMMs on
-compiled qcompile kernels: both agree with the single-process reference within 1e-3."""
+"""Naive, TP-aware and rank-sorted MLPs on gloo, world sizes 1, 2 and 4, scrambled g_idx, local
+GEMMs on compiled qcompile kernels: each agrees with the single-process reference within 1e-3."""
 
 import os
 import subprocess
@@ -10,7 +10,7 @@ import pytest
 
 import targets
 from qcompile.build import build_untuned
-from qcompile.tp import MlpLayers, shard_mlp
+from qcompile.tp import ALGORITHMS, MlpLayers, shard_mlp
 from qcompile.tp.local_linear import shard_spec
 from qcompile.tp.mlp import reference_mlp
 from qcompile.tp.storage import save_mlp
@@ -30,15 +30,19 @@ def _layers(gated: bool, bits: int, group_size: int, seed: int) -> MlpLayers:
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
-    """Every local shard's kernel for every world size, built once (untuned: this test checks
-    the algorithms, not the kernels' speed)."""
+    """Every local shard's kernel for every world size and rank, built once (untuned: this
+    test checks the algorithms, not the kernels' speed). The rank-sorted down shards differ
+    by rank: each pads its own groups' runs."""
     out = tmp_path_factory.mktemp("tp_kernels")
     preset = targets.get("avx2")
-    layers = _layers(gated=True, bits=4, group_size=64, seed=0)
     specs = set()
-    for size in WORLD_SIZES:
-        shards = shard_mlp(layers, 0, size, "tp_aware")
-        specs |= {shard_spec(s, ROWS) for s in (shards.up, shards.down)}
+    for gated in (True, False):
+        layers = _layers(gated=gated, bits=4, group_size=64, seed=0)
+        for size in WORLD_SIZES:
+            for rank in range(size):
+                for algorithm in ALGORITHMS:
+                    shards = shard_mlp(layers, rank, size, algorithm)
+                    specs |= {shard_spec(s, ROWS) for s in (shards.up, shards.down)}
     for spec in specs:
         build_untuned(spec, preset, out)
     return out
@@ -61,11 +65,12 @@ def _run(tmp_path, layers: MlpLayers, size: int, kernels) -> dict:
 
 @pytest.mark.parametrize("size", WORLD_SIZES)
 @pytest.mark.parametrize("gated", [True, False], ids=["llama_mlp", "up_down"])
-def test_naive_and_tp_aware_match_reference(tmp_path, kernels, size, gated):
+def test_every_algorithm_matches_reference(tmp_path, kernels, size, gated):
     layers = _layers(gated=gated, bits=4, group_size=64, seed=0)
     outputs = _run(tmp_path, layers, size, kernels)
     x = np.random.default_rng(0).standard_normal((ROWS, K1)).astype(np.float32)
     reference = reference_mlp(layers, x)
-    for algorithm in ("naive", "tp_aware"):
+    assert sorted(outputs) == sorted(ALGORITHMS)
+    for algorithm in ALGORITHMS:
         error = np.abs(outputs[algorithm] - reference).max() / np.abs(reference).max()
         assert error < 1e-3, (algorithm, size, error)

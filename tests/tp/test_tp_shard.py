@@ -1,10 +1,21 @@
 """The offline steps, checked in one process against the dequantized reference."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from qcompile.errors import FormatError
-from qcompile.tp import MlpLayers, permute_columns, reorder, shard_columns, shard_mlp, shard_rows
+from qcompile.tp import (
+    ALGORITHMS,
+    MlpLayers,
+    permute_columns,
+    reorder,
+    shard_columns,
+    shard_mlp,
+    shard_rows,
+    shard_rows_sorted,
+)
 from qcompile.tp.mlp import reference_mlp
 from qcompile.tp.synthetic import random_act_order_layer
 
@@ -28,7 +39,39 @@ def test_reorder_permute_and_shards_preserve_the_product(bits, group_size):
     np.testing.assert_array_equal(np.concatenate(rows, axis=0), sequential.dequantize())
 
 
-def test_single_process_simulation_of_both_algorithms():
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("group_size", [32, -1])
+@pytest.mark.parametrize("size", [1, 2, 4])
+def test_rank_sorted_shards_preserve_the_product(bits, group_size, size):
+    """Each rank's slice as stored, sorted locally, with every group's scales; the rows' sum
+    over ranks is the full product, and the padded sequential layout computes the same."""
+    rng = np.random.default_rng(bits * 10 + size)
+    layer = random_act_order_layer(256, 64, bits, group_size, rng)
+    x = rng.standard_normal((3, 256))
+    total = np.zeros((3, 64))
+    for rank in range(size):
+        local, shard = shard_rows_sorted(layer, rank, size)
+        rows = slice(rank * 256 // size, (rank + 1) * 256 // size)
+        np.testing.assert_array_equal(np.sort(local), np.arange(256 // size))
+        np.testing.assert_array_equal(shard.g_idx, np.sort(layer.g_idx[rows]))
+        np.testing.assert_array_equal(shard.scales, layer.scales)  # every group, every rank
+        np.testing.assert_array_equal(shard.zeros(), layer.zeros())
+        np.testing.assert_array_equal(shard.dequantize(), layer.dequantize()[rows][local])
+        x_sorted = x[:, rows][:, local]
+        index, sequential = shard.sequential()
+        assert sequential.in_features % sequential.group_size == 0
+        assert not sequential.dequantize()[index == shard.in_features].any()  # padding: W = 0
+        padded = np.pad(x_sorted, ((0, 0), (0, 1)))[:, index]  # and its input a zero column
+        np.testing.assert_allclose(padded @ sequential.dequantize(),
+                                   x_sorted @ shard.dequantize(), rtol=1e-12, atol=1e-12)
+        if size == 1:  # whole groups: no padding, the layer's own group size
+            assert sequential.in_features == 256
+            assert sequential.group_size == (256 if group_size == -1 else group_size)
+        total += x_sorted @ shard.dequantize()
+    np.testing.assert_allclose(total, x @ layer.dequantize(), rtol=1e-9, atol=1e-9)
+
+
+def test_single_process_simulation_of_every_algorithm():
     rng = np.random.default_rng(5)
     layers = MlpLayers(up=random_act_order_layer(128, 256, 4, 32, rng),
                        down=random_act_order_layer(256, 64, 4, 32, rng),
@@ -37,13 +80,15 @@ def test_single_process_simulation_of_both_algorithms():
     reference = reference_mlp(layers, x)
     silu = lambda v: v / (1 + np.exp(-v))  # noqa: E731
     for size in (1, 2, 4):
-        for algorithm in ("naive", "tp_aware"):
+        for algorithm in ALGORITHMS:
             shards = [shard_mlp(layers, r, size, algorithm) for r in range(size)]
             hidden = [silu(x[:, s.gate_permutation] @ s.gate.dequantize())
                       * (x[:, s.up_permutation] @ s.up.dequantize()) for s in shards]
             if algorithm == "naive":
                 full = np.concatenate(hidden, axis=1)[:, shards[0].down_permutation]
                 hidden = np.split(full, size, axis=1)
+            if algorithm == "rank_sorted":  # each rank gathers its own columns, nothing else
+                hidden = [h[:, s.down_permutation] for h, s in zip(hidden, shards, strict=True)]
             out = sum(h @ s.down.dequantize() for h, s in zip(hidden, shards, strict=True))
             np.testing.assert_allclose(out, reference, rtol=1e-9, atol=1e-9)
 
@@ -60,3 +105,17 @@ def test_shard_errors_state_the_rule():
         shard_rows(sequential, 0, 8)
     with pytest.raises(ValueError, match=r"rank must lie in \[0, 2\)"):
         shard_rows(sequential, 2, 2)
+    with pytest.raises(FormatError, match="K/size=4 must be a multiple of 8"):
+        shard_rows_sorted(layer, 0, 64)
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        shard_mlp(MlpLayers(up=layer, down=random_act_order_layer(96, 32, 4, 32, rng)), 0, 1,
+                  "sorted")
+
+
+def test_rank_sorted_shard_states_its_rule():
+    rng = np.random.default_rng(1)
+    _, shard = shard_rows_sorted(random_act_order_layer(256, 64, 4, 32, rng), 0, 2)
+    with pytest.raises(FormatError, match="g_idx must be nondecreasing"):
+        replace(shard, g_idx=shard.g_idx[::-1].copy())
+    with pytest.raises(FormatError, match=r"qzeros must have shape \(4, 8\) .* G=4"):
+        replace(shard, scales=shard.scales[:4])
