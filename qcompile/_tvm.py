@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
+import types
 
 
 def _usable_cores() -> int:
@@ -68,12 +70,32 @@ __all__ = [
     "structural_hash",
     "target_dict",
     "tirx",
+    "tune_context",
     "tvm",
     "tvm_ffi",
 ]
 
 TVM_VERSION: str = tvm.__version__
 TVM_FFI_VERSION: str = getattr(tvm_ffi, "__version__", "unknown")
+
+
+#: The package of TVM's built-in tensor intrinsics, which MetaSchedule's TuneContext imports.
+_BUILTIN_INTRINSICS = "tvm.s_tir.tensor_intrin"
+
+
+def tune_context(**kwargs):
+    """MetaSchedule's ``TuneContext(**kwargs).clone()`` without importing TVM's built-in tensor
+    intrinsics (``tvm.s_tir.tensor_intrin``: 20-55 s on 2 cores, which its constructor spends
+    in every process that tunes). Our design spaces tensorize only with the intrinsics our
+    kernels register themselves, so an empty module stands in for that package while the
+    context is made, and leaves ``sys.modules`` as it found it."""
+    if _BUILTIN_INTRINSICS in sys.modules:
+        return ms.TuneContext(**kwargs).clone()
+    sys.modules[_BUILTIN_INTRINSICS] = types.ModuleType(_BUILTIN_INTRINSICS)
+    try:
+        return ms.TuneContext(**kwargs).clone()
+    finally:
+        del sys.modules[_BUILTIN_INTRINSICS]
 
 
 def normalize_mod(func_or_mod) -> tvm.IRModule:

@@ -235,13 +235,14 @@ def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: 
                  _tvm.ms.measure_callback.UpdateCostModel(), ShowProgress(progress)]
     progress.set_phase("searching (batch 1)")
     with tempfile.TemporaryDirectory(prefix="qcompile-tune-") as scratch:
-        context = _tvm.ms.TuneContext(
+        context = _tvm.tune_context(
             mod=mod, target=target, space_generator=space_generator(spec, preset.kind, hw),
-            search_strategy=search_strategy(spec, preset.kind), task_name=spec.name(),
+            search_strategy=search_strategy(spec, preset.kind),
+            task_name=spec.name(),
             rand_state=seed,
             num_threads=cores,
             logger=_tvm.ms.logging.get_logger(f"qcompile.tune.{spec.name()}"),
-        ).clone()
+        )
         _tvm.ms.tune.tune_tasks(
             tasks=[context], task_weights=[1.0], work_dir=work_dir or scratch,
             max_trials_global=trials, num_trials_per_iter=min(trials, BATCH),
