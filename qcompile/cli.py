@@ -389,10 +389,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the prompt as text (needs a tokenizer in DIR)")
     p.add_argument("--max-new-tokens", type=positive_int, default=32, metavar="N",
                    help="tokens to generate (default 32; fewer if the model ends the text)")
-    p.add_argument("--target", required=True,
-                   choices=sorted(n for n, t in targets.PRESETS.items() if t.kind == "cpu"))
+    p.add_argument("--target", required=True, choices=sorted(targets.PRESETS),
+                   help="a CPU preset runs the model on the CPU, a CUDA preset on the GPU")
     p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"),
-                   help="activation dtype (default float32)")
+                   help="activation dtype (default float32; a GPU model wants float16 or "
+                        "bfloat16, which take its tensor cores)")
     p.add_argument("--int8-activations", action="store_true",
                    help="integer dot-product kernels for 2/3/4-bit layers (x rounded to int8)")
     p.add_argument("--on-missing", default="untuned", choices=("untuned", "error", "tune"),

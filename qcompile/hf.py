@@ -69,7 +69,8 @@ def from_gptq(path: str | Path, target: str = "avx2", db: str | None = None, *,
         The checkpoint directory: ``config.json`` (a Llama-family model), the quantization
         config and the safetensors shards (``qcompile.gptq.load``).
     target : str
-        A CPU target preset ("avx2", "avx512").
+        A target preset (``qcompile targets``): a CPU one ("avx2", "avx512") runs the model
+        on the CPU, a CUDA one ("cuda", "sm80", ...) on the GPU (inputs go to ``model.device``).
     db : str, optional
         The tuning database's URL (default: $QCOMPILE_DB, else the user's SQLite file).
     dtype : str
@@ -116,9 +117,12 @@ def from_gptq(path: str | Path, target: str = "avx2", db: str | None = None, *,
     replace_linear(model, run_layers, target=target, db=db, on_missing=on_missing,
                    tune_trials=tune_trials, int8_activations=int8_activations)
     _load_dense_tensors(model, directory, set(layers), _DTYPES[dtype])
+    device = torch.device("cpu")
     for module in model.modules():
         if isinstance(module, QuantLinear):
             module.prefill_rows = prefill_rows
+            device = module.device
+    model.to(device)  # a CUDA target's kernels and weights are on the GPU already
     model.qcompile = prepare_kernels(model, batch_sizes=batch_sizes, dtype=dtype,
                                      checkpoint=str(directory), fused=fuse)
     return model
@@ -439,6 +443,8 @@ class _StepTimes(transformers.LogitsProcessor):
         self.times: list[float] = []
 
     def __call__(self, input_ids, scores):
+        if scores.is_cuda:  # the step's kernels have finished, not only been queued
+            torch.cuda.synchronize(scores.device)
         self.times.append(time.perf_counter())
         return scores
 
@@ -450,6 +456,7 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, **kwargs) -> G
     ----------
     model : transformers.PreTrainedModel
     input_ids : torch.Tensor of int64, shape [B, L]
+        On any device: moved to the model's.
     max_new_tokens : int
     **kwargs
         More arguments of ``generate`` (``min_new_tokens``, say).
@@ -459,6 +466,7 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, **kwargs) -> G
     Generation
     """
     steps = _StepTimes()
+    input_ids = input_ids.to(model.device)
     pad = model.config.pad_token_id
     if pad is None:
         pad = model.generation_config.eos_token_id

@@ -4,15 +4,21 @@
     m = QuantLinear.from_gptq(layers["model.layers.0.mlp.down_proj"], target="avx2", db=URL)
     y = m(x)                   # x [..., K] float32, float16 or bfloat16 -> y [..., N], x's dtype
 
+The target decides the device: a CPU preset ("avx2", "avx512") runs on the CPU, a CUDA preset
+("cuda", "sm80", ...) on the GPU, where the weights live from the start and x must be. fp16 and
+bf16 x on a GPU take the tensor-core kernels (variant ``uniform_cuda_mma_f16``) where the shape
+fits them, float32 x the float kernels, and ``int8_activations=True`` the int8 ones.
+
     replace_linear(model, layers, target="avx2", db=URL)   # every nn.Linear named in layers
 
 How a call runs, by the number of activation rows R (all leading dimensions flattened):
 
 - R <= MAX_KERNEL_ROWS (16): the tuned kernel of the smallest M >= R that has a record in the
   database (M is part of the spec: each M is a workload of its own), x zero-padded to M rows.
-- R > ``prefill_rows``: the prefill path, the weight dequantized once per call and one dense
-  fp32 matmul (torch's GEMM), which beats the GEMV-shaped kernels on many rows (crossover
-  measured by tools/bench.py prefill, docs/design/gptq-checkpoints.md "Prefill crossover").
+- R >= ``prefill_rows``: the prefill path, the weight dequantized once per call and one dense
+  matmul (torch's GEMM: float32 on the CPU, x's dtype on the GPU), which beats the GEMV-shaped
+  kernels on many rows (crossover measured by tools/bench.py prefill,
+  docs/design/gptq-checkpoints.md "Prefill crossover").
 - in between: the M = 16 kernel over chunks of 16 rows.
 
 The kernel of each row count is chosen once, at its first call, or for every count up front
@@ -41,6 +47,7 @@ from qcompile.errors import ArgumentError, FormatError, NoRecordError
 from qcompile.gptq import GptqLayer, QuantizeConfig, layers_from_state_dict
 from qcompile.kernel_cache import KernelCache
 from qcompile.kernels.uniform import FAMILY, UniformSpec
+from qcompile.kernels.uniform.dense_torch import dequantize_on_device
 from qcompile.kernels.uniform.spec import INT8_BITS
 
 #: Largest activation row count with kernels of its own (the issue's small-batch range).
@@ -50,14 +57,18 @@ MAX_KERNEL_ROWS = 16
 #: docs/design/gptq-checkpoints.md, "Prefill crossover").
 PREFILL_ROWS = 128
 
+#: The device each kind of target preset runs on.
+_DEVICE_OF_KIND = {"cpu": "cpu", "cuda": "cuda"}
+
 _DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 _caches: dict[tuple, KernelCache] = {}
 
-#: One dense fp32 weight buffer per layer shape, shared by the prefill calls of every layer of
-#: that shape (calls of one model run one after another): fresh memory's page faults would
-#: cost more than the dequantization. Guarded by _scratch_lock.
-_scratch: dict[tuple[int, int], torch.Tensor] = {}
+#: One dense weight buffer per layer shape, dtype and device, shared by the prefill calls of
+#: every layer of that shape (calls of one model run one after another): fresh memory's page
+#: faults would cost more than the dequantization, and a GPU keeps one buffer instead of a
+#: dense copy per layer. Guarded by _scratch_lock.
+_scratch: dict[tuple, torch.Tensor] = {}
 _scratch_lock = threading.Lock()
 
 
@@ -153,8 +164,9 @@ class QuantLinear(torch.nn.Module):
         if int8_activations:
             layer.spec(m=1, int8_activations=True)  # its rules (bits, N), with their numbers
         self._checkpoint = layer.checkpoint
+        self.device = torch.device(_DEVICE_OF_KIND[kernels.preset.kind])
         base = layer.spec(m=1)
-        self._prepared = FAMILY.prepare(base, device="cpu", **layer.kernel_tensors())
+        self._prepared = FAMILY.prepare(base, device=self.device.type, **layer.kernel_tensors())
         self._plans: dict[tuple[int, str], int] = {}
         self._runners: dict[tuple[int, str], tuple] = {}
         self._layouts: dict[str, object] = {}
@@ -178,7 +190,8 @@ class QuantLinear(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bits={self.bits}, group_size={self.group_size}, act_order={self.act_order}, "
-                f"bias={'bias' in self._prepared.extras}, target={self.kernels.preset.name}")
+                f"bias={'bias' in self._prepared.extras}, target={self.kernels.preset.name}, "
+                f"device={self.device.type}")
 
     def spec(self, m: int, dtype: str = "float32") -> UniformSpec:
         if self.int8_activations:
@@ -188,7 +201,8 @@ class QuantLinear(torch.nn.Module):
                            group_size=self.group_size, m=m, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x [..., K] float32/float16/bfloat16 on the CPU -> [..., N] in x's dtype."""
+        """x [..., K] float32/float16/bfloat16 on the module's device (:attr:`device`: the
+        CPU for CPU targets, the GPU for CUDA ones) -> [..., N] in x's dtype."""
         self._check(x)
         return quant_linear(x, self.handle)
 
@@ -202,9 +216,9 @@ class QuantLinear(torch.nn.Module):
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise ArgumentError(f"x must have shape [..., K] with K={self.in_features} "
                                 f"({self.layer_name}); got {list(x.shape)}")
-        if x.device.type != "cpu":
+        if x.device.type != self.device.type:
             raise ArgumentError(f"x is on {x.device}; {self.kernels.preset.name} kernels run "
-                                "on the CPU")
+                                f"on {self.device.type} (x.to({self.device.type!r}))")
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         """What the custom operator runs: :meth:`forward` without the checks and outside
@@ -275,7 +289,7 @@ class QuantLinear(torch.nn.Module):
         runners = {m: self._make_runner(m, dtype) for m in sorted(set(plan.values()))}
         for count, m in plan.items():
             self._runners[(count, dtype)] = runners[m]
-        if prefill:
+        if prefill and self.device.type == "cpu":  # the GPU dequantizes with torch: no build
             from qcompile.kernels.uniform.dense import dequantizer
 
             dequantizer(self.spec(1), self.kernels.preset)
@@ -310,28 +324,35 @@ class QuantLinear(torch.nn.Module):
                 f"{self._checkpoint} --target {self.kernels.preset.name} --batch {m}{dtype_flag}")
 
     def dense_weight(self) -> torch.Tensor:
-        """W [K, N] float32 in the prepared row order (act_order: rows P)."""
-        from qcompile.kernels.uniform.dense import dequantize
+        """W [K, N] float32 on the module's device, in the prepared row order (act_order:
+        rows P)."""
+        return self._dequantize(torch.float32)
 
-        return dequantize(self.spec(1), self._prepared, self.kernels.preset)
+    def _dequantize(self, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
+        """W [K, N] of ``dtype`` (float32 on the CPU, whose compiled dequantization writes
+        float32), into ``out`` when given."""
+        if self.device.type == "cpu":
+            from qcompile.kernels.uniform.dense import dequantize
+
+            return dequantize(self.spec(1), self._prepared, self.kernels.preset, out=out)
+        return dequantize_on_device(self.spec(1), self._prepared, dtype, out=out)
 
     def _prefill(self, rows: torch.Tensor) -> torch.Tensor:
-        from qcompile.kernels.uniform.dense import dequantize
-
+        # the CPU multiplies in float32 (its GEMM), the GPU in x's dtype with float32 sums
+        # (cuBLAS), as a dense fp16/bf16 layer would
+        dtype = rows.dtype if self.device.type == "cuda" else torch.float32
         permutation = self._prepared.extras.get("perm")
-        x = rows.to(torch.float32)
+        x = rows.to(dtype)
         if permutation is not None:
             x = x.index_select(1, permutation)
-        shape = (self.in_features, self.out_features)
+        shape = (self.in_features, self.out_features, dtype, self.device)
         with _scratch_lock:
             if shape not in _scratch:
-                _scratch[shape] = torch.empty(shape, dtype=torch.float32)
-            weight = dequantize(self.spec(1), self._prepared, self.kernels.preset,
-                                out=_scratch[shape])
-            y = x @ weight
+                _scratch[shape] = torch.empty(shape[:2], dtype=dtype, device=self.device)
+            y = x @ self._dequantize(dtype, out=_scratch[shape])
         bias = self._prepared.extras.get("bias")
         if bias is not None:
-            y.add_(bias)
+            y = y.float().add_(bias)
         return y.to(rows.dtype)
 
 
