@@ -9,10 +9,18 @@ local GEMM backend. Rank 0 prints the table and writes JSON.
     torchrun --standalone --nproc-per-node 2 tools/bench_tp.py --json tp2.json
 
 Backends (``--backends``): ``torch-dequant``, the torch fallback (each shard dequantized once, fp16
-on GPUs, as the paper measured), and ``qcompile``, our kernels in float32 through the kernel
-cache (the database's best record, else the untuned heuristic; each row says which). On GPUs
-NCCL does the collectives, with NVLink multicast off (NCCL_NVLS_ENABLE=0). On a CPU it runs on
-gloo; ``--models tiny`` makes a smoke test.
+on GPUs, as the paper measured), and ``qcompile``, our kernels through the kernel cache (the
+database's best record, else the untuned heuristic; each row says which), with activations of
+``--dtype`` (fp16 on GPUs: the tensor-core kernels; float32 on CPUs). On GPUs NCCL does the
+collectives, with NVLink multicast off (NCCL_NVLS_ENABLE=0), and each timing replays a CUDA
+graph of ``--iterations`` MLP calls (collectives included), so Python's cost per call stays out
+as it does in a served model; the row says when capture failed and calls ran eagerly. On a CPU
+it runs on gloo; ``--models tiny`` makes a smoke test.
+
+Untuned kernels are built on first use, one rank at a time. ``--build-only --tp 1,2`` builds
+every kernel the given TP sizes need first, in ``--jobs`` processes, without torch.distributed:
+
+    python tools/bench_tp.py --build-only --tp 1,2 --jobs 16
 """
 
 from __future__ import annotations
@@ -45,15 +53,42 @@ MODELS = {  # K1, N1, N2 (the paper's MLP problem sizes)
 BACKENDS = ("torch-dequant", "qcompile")
 
 
-def time_mlp(mlp, x, iterations: int, synchronize) -> float:
-    """Seconds per call over ``iterations`` back-to-back calls, all ranks started together."""
+def eager_calls(mlp, x, iterations: int):
+    """A function that makes ``iterations`` back-to-back calls of ``mlp(x)``."""
+    def run():
+        for _ in range(iterations):
+            mlp(x)
+    return run
+
+
+def graphed_calls(mlp, x, iterations: int):
+    """``iterations`` calls of ``mlp(x)`` captured in one CUDA graph (every rank captures its
+    own, collectives included): its replay."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            mlp(x)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(iterations):
+            mlp(x)
+    torch.cuda.synchronize()
+    return graph.replay
+
+
+def time_calls(run, iterations: int, synchronize) -> float:
+    """Seconds per MLP call of ``run`` (``iterations`` calls), all ranks started together."""
     import torch.distributed as dist
 
     dist.barrier()
     synchronize()
     start = time.perf_counter()
-    for _ in range(iterations):
-        mlp(x)
+    run()
     synchronize()
     return (time.perf_counter() - start) / iterations
 
@@ -86,8 +121,18 @@ def main(argv=None) -> int:
     parser.add_argument("--target", help="qcompile backend's preset (default: cuda on a GPU, "
                                          "else avx2)")
     parser.add_argument("--db", default=None, help="tuning database URL (qcompile backend)")
+    parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16"),
+                        help="qcompile backend's activations (default: float16 on a GPU, "
+                             "else float32)")
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--no-graphs", action="store_true",
+                        help="time eager calls on GPUs instead of CUDA-graph replays")
+    parser.add_argument("--build-only", action="store_true",
+                        help="build the qcompile kernels of --tp's sizes, then stop")
+    parser.add_argument("--tp", default="1,2", help="TP sizes --build-only builds for")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count(),
+                        help="--build-only's build processes")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     backends = args.backends.split(",")
@@ -98,6 +143,9 @@ def main(argv=None) -> int:
 
     cuda = torch.cuda.is_available()
     target = args.target or ("cuda" if cuda else "avx2")
+    kernel_dtype = args.dtype or ("float16" if cuda else "float32")
+    if args.build_only:
+        return build_only(args, target, kernel_dtype)
     if "qcompile" in backends and targets.get(target).kind != ("cuda" if cuda else "cpu"):
         parser.error(f"--target {target} runs on a {targets.get(target).kind} device; this "
                      f"host's tensors are on {'cuda' if cuda else 'cpu'}")
@@ -121,8 +169,10 @@ def main(argv=None) -> int:
     def build_mlps(shards, make_linear):
         return {name: TensorParallelMLP(s, make_linear).to(device) for name, s in shards.items()}
 
+    shared = {}  # each shard's padded layer and packed weights, made once for every M
+
     def kernel_linear(rows):
-        return lambda shard: KernelLinear(shard, kernel_of, rows)
+        return lambda shard: KernelLinear(shard, kernel_of, rows, kernel_dtype, shared)
 
     rows_list = [int(r) for r in args.rows.split(",")]
     results = []
@@ -134,6 +184,7 @@ def main(argv=None) -> int:
             down=random_act_order_layer(n1, n2, args.bits, args.group_size, rng),
         )
         shards = {algorithm: shard_mlp(layers, rank, size, algorithm) for algorithm in ALGORITHMS}
+        shared.clear()  # keyed by the shards' ids: none of another model's may stay
         del layers
         for backend in backends:
             if backend == "torch-dequant":
@@ -149,7 +200,8 @@ def main(argv=None) -> int:
                         warnings.simplefilter("ignore")  # the row says "untuned" instead
                         mlps = in_turns(partial(build_mlps, shards, kernel_linear(rows)),
                                         rank, size)
-                    dtype, local_gemm = torch.float32, f"qcompile {target} float32"
+                    dtype = getattr(torch, kernel_dtype)
+                    local_gemm = f"qcompile {target} {kernel_dtype}"
                     kernels = sorted(set(origins))
                 row = run_row(mlps, rows, k1, dtype, device, args, synchronize)
                 row = {"model": model, "K1": k1, "N1": n1, "N2": n2, "tp": size, "M": rows,
@@ -182,19 +234,67 @@ def run_row(mlps: dict, rows: int, k1: int, dtype, device, args, synchronize) ->
 
     x = torch.randn(rows, k1, generator=torch.Generator().manual_seed(rows)).to(
         device=device, dtype=dtype)
-    outputs = {name: mlp(x) for name, mlp in mlps.items()}  # warm-up, and a check
+    outputs = {name: mlp(x).float() for name, mlp in mlps.items()}  # warm-up, and a check
     scale = float(outputs["naive"].abs().max())
     difference = max(float((outputs[name] - outputs["naive"]).abs().max()) / scale
                      for name in ALGORITHMS)
+    method = "eager"
+    runs = {name: eager_calls(mlp, x, args.iterations) for name, mlp in mlps.items()}
+    if device.type == "cuda" and not args.no_graphs:
+        runs = {name: graphed_calls(mlp, x, args.iterations) for name, mlp in mlps.items()}
+        method = "cuda-graph"
     timings = {name: [] for name in ALGORITHMS}
     for repeat in range(args.repeats):
         shift = repeat % len(ALGORITHMS)
         for name in ALGORITHMS[shift:] + ALGORITHMS[:shift]:
-            timings[name].append(time_mlp(mlps[name], x, args.iterations, synchronize))
+            timings[name].append(time_calls(runs[name], args.iterations, synchronize))
     ms = {name: statistics.median(timings[name]) * 1e3 for name in ALGORITHMS}
     return {**{f"{name}_ms": ms[name] for name in ALGORITHMS},
             **{f"{name}_speedup": ms["naive"] / ms[name] for name in ALGORITHMS[1:]},
-            "max_rel_difference": difference}
+            "max_rel_difference": difference, "timing": method}
+
+
+def kernel_specs(args, sizes: list[int], dtype: str) -> list:
+    """Every kernel spec the qcompile backend runs for ``--models``, ``--rows`` and the TP
+    ``sizes``: each rank's up and down shards, for every algorithm."""
+    from qcompile.tp.local_linear import shard_spec
+
+    specs = set()
+    for model in args.models.split(","):
+        k1, n1, n2 = MODELS[model]
+        rng = np.random.default_rng(0)  # the layers of main(): the same g_idx, the same pads
+        layers = MlpLayers(
+            up=random_act_order_layer(k1, n1, args.bits, args.group_size, rng),
+            down=random_act_order_layer(n1, n2, args.bits, args.group_size, rng),
+        )
+        for size in sizes:
+            for rank in range(size):
+                for algorithm in ALGORITHMS:
+                    shards = shard_mlp(layers, rank, size, algorithm)
+                    specs |= {shard_spec(s, rows, dtype) for s in (shards.up, shards.down)
+                              for rows in (int(r) for r in args.rows.split(","))}
+    return sorted(specs, key=lambda spec: spec.name())
+
+
+def _build_one(target: str, db: str | None, spec) -> str:
+    kernel, origin = load(spec, target, db=db)
+    return f"{spec.name()}: {origin['source']}"
+
+
+def build_only(args, target: str, dtype: str) -> int:
+    """Build (or find built) every kernel of :func:`kernel_specs` in ``--jobs`` processes."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    specs = kernel_specs(args, [int(v) for v in args.tp.split(",")], dtype)
+    print(f"building {len(specs)} kernels for TP {args.tp} in {args.jobs} processes", flush=True)
+    started = time.perf_counter()
+    # spawned, not forked: the parent has initialized CUDA, and each child loads what it builds
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for line in pool.map(partial(_build_one, target, args.db), specs):
+            print(f"  {line}", flush=True)
+    print(f"built in {time.perf_counter() - started:.0f} s")
+    return 0
 
 
 def describe(row: dict) -> str:

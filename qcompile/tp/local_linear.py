@@ -16,6 +16,7 @@ padded sequential layout (:meth:`~qcompile.tp.sorted_rows.SortedRowShard.sequent
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +25,19 @@ import qcompile
 from qcompile.errors import ArgumentError
 from qcompile.formats.gptq import GptqTensors
 from qcompile.kernels.uniform import UniformSpec
+from qcompile.kernels.uniform.compute_cuda_mma_f16 import GROUP_SIZES, UNIT_ROWS
 from qcompile.runtime import Kernel
 from qcompile.tp.sorted_rows import SortedRowShard
 
+#: What the padded layout of a rank-sorted shard must be for the tensor-core kernels (fp16/bf16
+#: activations, compute_cuda_mma_f16): K a multiple of their unit of rows, groups they take.
+_HALF_LAYOUT = {"row_multiple": UNIT_ROWS, "group_sizes": tuple(g for g in GROUP_SIZES if g > 0)}
 
-def kernel_layer(shard: GptqTensors | SortedRowShard) -> tuple[np.ndarray | None, GptqTensors]:
-    """The sequential layer a uniform kernel runs for ``shard``, and the gather of its input.
+
+def kernel_layer(shard: GptqTensors | SortedRowShard,
+                 dtype: str = "float32") -> tuple[np.ndarray | None, GptqTensors]:
+    """The sequential layer a uniform kernel of activations ``dtype`` runs for ``shard``, and
+    the gather of its input.
 
     Returns
     -------
@@ -40,16 +48,17 @@ def kernel_layer(shard: GptqTensors | SortedRowShard) -> tuple[np.ndarray | None
         [K_kernel, N_local]: ``shard`` itself, or a SortedRowShard's ``sequential()`` layer.
     """
     if isinstance(shard, SortedRowShard):
-        return shard.sequential()
+        return shard.sequential(**(_HALF_LAYOUT if dtype in ("float16", "bfloat16") else {}))
     return None, shard
 
 
-def shard_spec(shard: GptqTensors | SortedRowShard, rows: int) -> UniformSpec:
-    """The uniform kernel spec that multiplies ``rows`` activation rows by ``shard`` (by its
-    :func:`kernel_layer`)."""
-    _, layer = kernel_layer(shard)
+def shard_spec(shard: GptqTensors | SortedRowShard, rows: int,
+               dtype: str = "float32") -> UniformSpec:
+    """The uniform kernel spec that multiplies ``rows`` activation rows of ``dtype`` ("float32",
+    "float16" or "bfloat16") by ``shard`` (by its :func:`kernel_layer`)."""
+    _, layer = kernel_layer(shard, dtype)
     return UniformSpec(k=layer.in_features, n=layer.out_features, bits=layer.bits,
-                       group_size=layer.group_size, m=rows)
+                       group_size=layer.group_size, m=rows, dtype=dtype)
 
 
 class KernelLinear:
@@ -66,28 +75,44 @@ class KernelLinear:
         :class:`~qcompile.runtime.Kernel` (``qcompile.kernel_cache.KernelCache(...).get``).
     rows : int
         Activation rows M per call.
+    dtype : str
+        The activations' dtype: "float32", or "float16"/"bfloat16" (on a GPU, the tensor-core
+        kernels).
+    shared : dict, optional
+        One dict for the KernelLinears of one shard at several M: its padded layer and its
+        weights in each layout are made once and kept there.
     """
 
     backend = "qcompile"
 
     def __init__(self, shard: GptqTensors | SortedRowShard,
-                 kernels: str | Path | Callable[[UniformSpec], Kernel], rows: int) -> None:
+                 kernels: str | Path | Callable[[UniformSpec], Kernel], rows: int,
+                 dtype: str = "float32", shared: dict | None = None) -> None:
         import torch
 
-        index, layer = kernel_layer(shard)
-        spec = shard_spec(layer, rows)
+        shared = {} if shared is None else shared
+        key = (id(shard), dtype)
+        if key not in shared:
+            shared[key] = kernel_layer(shard, dtype)
+        index, layer = shared[key]
+        spec = shard_spec(layer, rows, dtype)
         if callable(kernels):
             self.kernel = kernels(spec)
         else:
             self.kernel = qcompile.load(str(Path(kernels) / f"{spec.name()}.so"))
-        self.weights = self.kernel.prepare(qweight=layer.qweight, scales=layer.scales,
-                                           qzeros=layer.qzeros,
-                                           zero_convention=layer.zero_convention)
+        key = (id(shard), dtype, repr(self.kernel.layout))
+        if key not in shared:
+            shared[key] = self.kernel.prepare(qweight=layer.qweight, scales=layer.scales,
+                                              qzeros=layer.qzeros,
+                                              zero_convention=layer.zero_convention)
+        # kernels of several M read one packing; each checks the digest of its own spec
+        self.weights = replace(shared[key], spec_digest=spec.digest())
         self.index = None if index is None else torch.from_numpy(index).to(self.kernel.device)
         self.in_features = shard.in_features
 
     def __call__(self, x):
-        """x: float32 [M, K_local] on the kernel's device -> float32 [M, N_local]."""
+        """x: [M, K_local] of the spec's dtype on the kernel's device -> [M, N_local], same
+        dtype."""
         import torch
 
         if self.index is not None:  # the padded layout: a zero column feeds the padding rows

@@ -100,7 +100,8 @@ class SortedRowShard:
         zeros = self.zeros().astype(np.float32)[self.g_idx]
         return scales * (self.codes().astype(np.float32) - zeros)
 
-    def sequential(self) -> tuple[np.ndarray, GptqTensors]:
+    def sequential(self, row_multiple: int = 1,
+                   group_sizes: tuple[int, ...] | None = None) -> tuple[np.ndarray, GptqTensors]:
         """This shard as a sequential GPTQ layer, the layout qcompile's uniform kernels run.
 
         Each group's run of rows is padded to whole sub-groups of S rows with rows whose code
@@ -109,6 +110,14 @@ class SortedRowShard:
         block (8 rows at 4 bits) that minimizes the bytes a kernel reads: padded codes plus 3
         bytes per sub-group and column. A slice of whole groups (TP = 1, or a layer without
         act_order) needs no padding and keeps its group size.
+
+        Parameters
+        ----------
+        row_multiple : int
+            K_pad is made a multiple of this (the last group takes more padding rows): what a
+            kernel's tiling needs (128 for the tensor-core kernels).
+        group_sizes : tuple of int, optional
+            The values S may take (the kernel's group sizes); None: any multiple of the block.
 
         Returns
         -------
@@ -122,8 +131,12 @@ class SortedRowShard:
             and a kernel's partial sums over the padding are 0 whatever its arithmetic.
         """
         groups, starts, counts = np.unique(self.g_idx, return_index=True, return_counts=True)
-        step = self._sub_group_rows(counts)
+        step = self._sub_group_rows(counts, group_sizes)
+        if row_multiple % step and step % row_multiple:
+            raise ValueError(f"sub-groups of {step} rows cannot fill a multiple of "
+                             f"{row_multiple} rows")
         lengths = -(-counts // step) * step
+        lengths[-1] += -int(lengths.sum()) % row_multiple
         codes, zeros = self.codes(), self.zeros()
         padded_codes = np.empty((int(lengths.sum()), self.out_features), dtype=codes.dtype)
         index = np.empty(int(lengths.sum()), dtype=np.int64)
@@ -142,9 +155,10 @@ class SortedRowShard:
             bits=self.bits, group_size=step, zero_convention=self.zero_convention)
         return index, layer
 
-    def _sub_group_rows(self, counts: np.ndarray) -> int:
+    def _sub_group_rows(self, counts: np.ndarray, group_sizes: tuple[int, ...] | None) -> int:
         """S for :meth:`sequential`: the candidate (powers of two times the packed block, and
-        the runs' common divisor when it is a multiple of the block) of the fewest bytes."""
+        the runs' common divisor when it is a multiple of the block; or ``group_sizes``) of the
+        fewest bytes."""
         values, _ = bitpack.block_shape(self.bits)
         candidates = {values}
         while max(candidates) * 2 <= counts.max():
@@ -152,6 +166,11 @@ class SortedRowShard:
         common = int(np.gcd.reduce(counts))
         if common % values == 0:
             candidates.add(common)
+        if group_sizes is not None:
+            candidates = {size for size in group_sizes if size > 0 and size % values == 0}
+            if not candidates:
+                raise ValueError(f"none of the group sizes {group_sizes} is a multiple of the "
+                                 f"{self.bits}-bit packing block ({values} rows)")
 
         def bytes_read(step: int) -> float:
             rows = int((-(-counts // step) * step).sum())

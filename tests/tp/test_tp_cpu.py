@@ -74,3 +74,24 @@ def test_every_algorithm_matches_reference(tmp_path, kernels, size, gated):
     for algorithm in ALGORITHMS:
         error = np.abs(outputs[algorithm] - reference).max() / np.abs(reference).max()
         assert error < 1e-3, (algorithm, size, error)
+
+
+def test_kernel_linears_of_several_rows_share_one_packing(tmp_path, kernels):
+    """A shard's KernelLinears at M = ROWS and M = 1 pad and pack the shard once (the shared
+    dict) and each runs its own kernel on it: both give x @ W of the rank-sorted shard."""
+    import torch
+
+    from qcompile.tp.local_linear import KernelLinear
+
+    layers = _layers(gated=False, bits=4, group_size=64, seed=0)
+    shard = shard_mlp(layers, 1, 2, "rank_sorted").down
+    build_untuned(shard_spec(shard, 1), targets.get("avx2"), tmp_path)
+    shared = {}
+    weight = shard.dequantize().astype(np.float64)
+    for rows, directory in ((ROWS, kernels), (1, tmp_path)):
+        linear = KernelLinear(shard, directory, rows, shared=shared)
+        x = torch.randn(rows, shard.in_features, generator=torch.Generator().manual_seed(rows))
+        expected = x.double().numpy() @ weight
+        error = np.abs(linear(x).numpy() - expected).max() / np.abs(expected).max()
+        assert error < 1e-5, (rows, error)
+    assert len(shared) == 2  # one padded layer, one packing for both kernels

@@ -67,6 +67,13 @@ def test_rank_sorted_shards_preserve_the_product(bits, group_size, size):
         if size == 1:  # whole groups: no padding, the layer's own group size
             assert sequential.in_features == 256
             assert sequential.group_size == (256 if group_size == -1 else group_size)
+        # the tensor-core kernels' layout: K a multiple of 128, groups of 32, 64 or 128 rows
+        index, half = shard.sequential(row_multiple=128, group_sizes=(32, 64, 128))
+        assert half.in_features % 128 == 0 and half.group_size in (32, 64, 128)
+        assert not half.dequantize()[index == shard.in_features].any()
+        np.testing.assert_allclose(np.pad(x_sorted, ((0, 0), (0, 1)))[:, index]
+                                   @ half.dequantize(), x_sorted @ shard.dequantize(),
+                                   rtol=1e-12, atol=1e-12)
         total += x_sorted @ shard.dequantize()
     np.testing.assert_allclose(total, x @ layer.dequantize(), rtol=1e-9, atol=1e-9)
 
