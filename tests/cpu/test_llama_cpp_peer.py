@@ -41,7 +41,7 @@ def built():
     before = os.environ.get("QCOMPILE_LLAMA_CPP_DIR")
     os.environ["QCOMPILE_LLAMA_CPP_DIR"] = str(CACHE)
     try:
-        if llama_cpp.built() is None and os.environ.get("QCOMPILE_LLAMA_CPP") != "1":
+        if not llama_cpp.is_cached() and os.environ.get("QCOMPILE_LLAMA_CPP") != "1":
             pytest.skip(f"ggml is not built in {CACHE}; QCOMPILE_LLAMA_CPP=1 builds it "
                         "(minutes, once)")
         try:

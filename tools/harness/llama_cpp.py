@@ -115,13 +115,10 @@ def _harness_path(directory: Path) -> Path:
     return directory / f"harness-{digest}.so"
 
 
-def built() -> Path | None:
-    """The harness library when it is built already (nothing is built or downloaded)."""
-    directory = cache_dir()
-    if not (directory / "manifest.json").is_file():
-        return None
-    path = _harness_path(directory)
-    return path if path.is_file() else None
+def is_cached() -> bool:
+    """Whether ggml is built in :func:`cache_dir` (then :func:`build` takes a second at most:
+    the harness may need compiling)."""
+    return (cache_dir() / "manifest.json").is_file()
 
 
 def build(log=sys.stderr) -> Path:
@@ -133,7 +130,15 @@ def build(log=sys.stderr) -> Path:
         One line: what is missing or what failed, and the command that fixes it.
     """
     directory = cache_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        return _build_locked(directory, log)
+    except OSError as error:
+        raise BuildError(f"llama.cpp peer: cannot write {directory} ({error.strerror}): set "
+                         f"QCOMPILE_LLAMA_CPP_DIR to a writable directory") from None
+
+
+def _build_locked(directory: Path, log) -> Path:
     with open(directory / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent first build finishes first
         if not (directory / "manifest.json").is_file():
@@ -207,15 +212,19 @@ def _extract_ggml(sdist: Path, into: Path) -> None:
     beside it the CMakeLists.txt that adds it as a subdirectory."""
     prefix = f"{_SDIST}/vendor/llama.cpp/ggml/"
     shutil.rmtree(into, ignore_errors=True)
-    with tarfile.open(sdist) as archive:
-        members = []
-        for member in archive.getmembers():
-            if member.name.startswith(prefix) and (member.isfile() or member.isdir()):
-                member.name = member.name[len(prefix):]
-                members.append(member)
-        if not members:
-            raise BuildError(f"llama.cpp peer: {sdist.name} has no {prefix}")
-        archive.extractall(into / "ggml", members=members, filter="data")
+    try:
+        with tarfile.open(sdist) as archive:
+            members = []
+            for member in archive.getmembers():
+                if member.name.startswith(prefix) and (member.isfile() or member.isdir()):
+                    member.name = member.name[len(prefix):]
+                    members.append(member)
+            if not members:
+                raise BuildError(f"llama.cpp peer: {sdist} has no {prefix}")
+            archive.extractall(into / "ggml", members=members, filter="data")
+    except (tarfile.TarError, EOFError) as error:
+        raise BuildError(f"llama.cpp peer: {sdist} is damaged ({error}): rm {sdist} and run "
+                         f"again to download it anew") from None
     (into / "CMakeLists.txt").write_text(_WRAPPER)
 
 
@@ -288,7 +297,12 @@ def _library() -> ctypes.CDLL:
         raise _FAILED
     if _LIB is None:
         try:
-            lib = ctypes.CDLL(str(build()))
+            path = build()
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError as error:
+                raise BuildError(f"llama.cpp peer: cannot load {path} ({error}): rm -r "
+                                 f"{path.parent} to build it anew") from None
         except BuildError as why:
             _FAILED = why
             raise

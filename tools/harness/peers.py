@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -163,9 +164,11 @@ def cpu_llama_cpp(weight, x, rng, ggml_type: str = "q4_K") -> Peer:
         return product.output()
 
     built = llama_cpp.manifest()
+    wait = os.environ.get("OMP_WAIT_POLICY")
     detail = (f"ggml {built.get('ggml_version')} of llama-cpp-python "
               f"{built.get('llama_cpp_python')}, weight in {product.buffer}, x rounded to "
-              f"{llama_cpp.ACTIVATION_TYPE[ggml_type]} by ggml, OpenMP threads")
+              f"{llama_cpp.ACTIVATION_TYPE[ggml_type]} by ggml, OpenMP threads"
+              + (f" (OMP_WAIT_POLICY={wait})" if wait else ""))
     return Peer(f"llama.cpp {ggml_type}", product.compute, output, expected, "int8_x",
                 product.nbytes + x_np.nbytes, set_threads=product.set_threads, detail=detail)
 
