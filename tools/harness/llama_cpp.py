@@ -16,13 +16,17 @@ into the repository::
     <cache>/build/        CMake's build tree; build.log beside it
     <cache>/ggml/         the installed ggml (include/, lib/)
     <cache>/harness-<sha>.so   our harness, keyed by its source and ggml's build
-    <cache>/manifest.json      versions, CMake options, build seconds (written last)
+    <cache>/manifest.json      versions, CMake options, build seconds and the CPU it was
+                               built for (-march=native: another CPU is refused); written last
 
 A file lock makes concurrent first builds wait for one another. :class:`MulMat` runs one
 ``ggml_mul_mat`` on the CPU backend: the weight quantized by ggml's own quantizer, placed in
-the first extra buffer type that supports the product (``CPU_REPACK`` on AVX2 for q4_0 and
-q4_K, as llama.cpp places model weights), else in a plain CPU buffer. ggml rounds x to q8_0
-(q4_0, q8_0) or q8_K (the K-quants) inside the product; the dot products are integer.
+the ``CPU_REPACK`` buffer type when that supports the product (q4_0 and q4_K on AVX2, q2_K on
+AVX-512), as llama.cpp's loader places model weights, else in a plain CPU buffer. ggml rounds x
+to q8_0 (q4_0, q8_0) or q8_K (the K-quants) inside the product; the dot products are integer.
+Its threads are OpenMP's (torch's libgomp, when torch is loaded first): on a machine busy with
+other work, their spinning barriers can make 2 threads on 2 cores 20x slower than 1 (seen:
+20 ms for a 4096x4096 GEMV); ``OMP_WAIT_POLICY=PASSIVE`` shows whether that is happening.
 """
 
 from __future__ import annotations
