@@ -8,6 +8,7 @@ One concept per module, in the order a benchmark uses them:
 ``loading``      kernels through qcompile's kernel cache (tuned record, prebuilt, untuned)
 ``reference``    the float64 check every output (ours and the peers') passes before timing
 ``peers``        the kernels we compare with (torch, llama.cpp, humming-kernels)
+``llama_cpp``    llama.cpp's CPU mul_mat: ggml built on demand into a cache, our C harness
 ``results``      JSON result files: date, device, command, medians, ratios
 ``product``      the one module that imports qcompile internals beyond its public surface
 ``cli``          argument parsing shared by the entries (shapes, comma lists)

@@ -2,21 +2,28 @@
 
 CPU: ``fp32`` (torch's fp32 GEMV/GEMM on the dequantized weight: ``torch.mv`` at M = 1, else
 ``F.linear``), ``torch_int4`` (``torch.ops.aten._weight_int4pack_mm_for_cpu``: 4-bit g128,
-bfloat16 activations) and ``llama.cpp`` (when its Python binding is installed; not wired yet:
-reported as unavailable). GPU: ``fp16_linear`` (``torch.nn.functional.linear``), ``torch_int4``
-(``torch._weight_int4pack_mm``, bfloat16 activations) and ``humming`` (vLLM's humming-kernels,
-GPTQ 4-bit g128, fp16; tools/README.md says how to bring its wheels to the GPU machine).
+bfloat16 activations) and ``llama.cpp`` (ggml's CPU ``mul_mat`` as llama.cpp runs a linear layer,
+one peer per ggml type: ``llama.cpp q4_0``, ``llama.cpp q4_K``, ...; ggml is built on demand
+from the llama-cpp-python sdist into a cache, :mod:`tools.harness.llama_cpp`). GPU:
+``fp16_linear`` (``torch.nn.functional.linear``), ``torch_int4`` (``torch._weight_int4pack_mm``,
+bfloat16 activations) and ``humming`` (vLLM's humming-kernels, GPTQ 4-bit g128, fp16;
+tools/README.md says how to bring its wheels to the GPU machine).
 
 Each peer is a function ``(weight, x, rng) -> Peer`` of the dense fp32 weight [K, N] (the family's
 own weight, dequantized: torch tensor on the device) and x [M, K]. The int4 peers quantize that
-weight to 4-bit g128 (round to nearest, the uniform family's quantizer) and are checked against
-the float64 product of *their* dequantized weight; a peer that cannot run here raises
-:class:`Unavailable` with the reason, which the result records.
+weight to 4-bit g128 (round to nearest, the uniform family's quantizer), llama.cpp quantizes it
+with ggml's quantizer to its type; each is checked against the float64 product of *its own*
+dequantized weight (llama.cpp's against the float x, since it rounds x to int8 inside: the
+``int8_x`` tolerance). A peer that cannot run here raises :class:`Unavailable` with the reason,
+which the result records. A peer whose thread count is its own (llama.cpp) has ``set_threads``,
+which the benchmark calls with each thread count it times our kernels with.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -40,6 +47,10 @@ class Peer:
     bytes_read: int
     #: operands to rotate past the L2 (GPU): a list of zero-argument calls, one per copy
     rotating_calls: list | None = None
+    #: sets the peer's own thread count (CPU peers not run by torch's threads), else None
+    set_threads: Callable[[int], None] | None = None
+    #: how the peer ran (build, buffer type), for the result
+    detail: str = ""
 
 
 def _int4_layer(weight_kn: np.ndarray, rng) -> tuple[dict, np.ndarray]:
@@ -105,12 +116,61 @@ def cpu_torch_int4(weight, x, rng) -> Peer:
                 packed.nbytes + pairs.nbytes + xb.nbytes)
 
 
-def cpu_llama_cpp(weight, x, rng) -> Peer:
+def cpu_llama_cpp(weight, x, rng, ggml_type: str = "q4_K") -> Peer:
+    """llama.cpp's ``ggml_mul_mat`` of ``weight`` quantized to ``ggml_type`` by ggml.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        float32 [K, N] on the CPU (the family's dequantized weight); ggml takes its transpose,
+        [N rows of K], and quantizes it (K must be a multiple of 32 for q4_0 and q8_0, of 256
+        for the K-quants).
+    x : torch.Tensor
+        float32 [M, K] on the CPU, row-major.
+    rng : numpy.random.Generator
+        Unused (the weight is quantized as given).
+    ggml_type : str
+        q4_0, q4_K, q3_K, q2_K or q8_0 (``tools.harness.llama_cpp.GGML_TYPES``).
+
+    Returns
+    -------
+    Peer
+        ``llama.cpp <type>``: expected is x (float64) @ ggml's own dequantized weight, checked
+        at the ``int8_x`` tolerance (ggml rounds x to q8_0 or q8_K inside); bytes_read is the
+        quantized weight and x; ``set_threads`` sets ggml's thread count.
+
+    Raises
+    ------
+    Unavailable
+        The shape does not suit the type, or ggml cannot be built here (one line, with the fix).
+    """
+    import torch
+
+    from tools.harness import llama_cpp
+
+    k, n = weight.shape
+    m = x.shape[0]
+    x_np = np.ascontiguousarray(x.numpy(), dtype=np.float32)
     try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        raise Unavailable("llama.cpp's Python binding (llama_cpp) is not installed") from None
-    raise Unavailable("llama_cpp is installed, but its GEMV is not wired into the harness yet")
+        llama_cpp.check_shape(ggml_type, k, n, m)
+        product = llama_cpp.MulMat(weight.numpy().T, m, ggml_type, torch.get_num_threads())
+    except (ValueError, llama_cpp.BuildError) as why:
+        raise Unavailable(str(why)) from None
+    product.set_x(x_np)
+    expected = x_np.astype(np.float64) @ product.dequantized().astype(np.float64).T
+
+    def output():
+        product.compute()
+        return product.output()
+
+    built = llama_cpp.manifest()
+    wait = os.environ.get("OMP_WAIT_POLICY")
+    detail = (f"ggml {built.get('ggml_version')} of llama-cpp-python "
+              f"{built.get('llama_cpp_python')}, weight in {product.buffer}, x rounded to "
+              f"{llama_cpp.ACTIVATION_TYPE[ggml_type]} by ggml, OpenMP threads"
+              + (f" (OMP_WAIT_POLICY={wait})" if wait else ""))
+    return Peer(f"llama.cpp {ggml_type}", product.compute, output, expected, "int8_x",
+                product.nbytes + x_np.nbytes, set_threads=product.set_threads, detail=detail)
 
 
 # ---------------------------------------------------------------------------------------- GPU
@@ -198,13 +258,26 @@ CPU = {"fp32": cpu_fp32, "torch_int4": cpu_torch_int4, "llama.cpp": cpu_llama_cp
 CUDA = {"fp16_linear": cuda_fp16_linear, "torch_int4": cuda_torch_int4, "humming": cuda_humming}
 
 
-def make(names: list[str], device: str, weight, x, seed: int = 0) -> tuple[list[Peer], dict]:
-    """The peers ``names`` that can run here, and {name: reason} for those that cannot."""
+def make(names: list[str], device: str, weight, x, seed: int = 0,
+         llama_types=("q4_0", "q4_K")) -> tuple[list[Peer], dict]:
+    """The peers ``names`` that can run here, and {name: reason} for those that cannot.
+
+    ``llama.cpp`` (CPU) stands for one peer per ggml type of ``llama_types``."""
     table = CUDA if device == "cuda" else CPU
     made, unavailable = [], {}
     for name in names:
-        try:
-            made.append(table[name](weight, x, np.random.default_rng(seed)))
-        except Unavailable as why:
-            unavailable[name] = str(why)
+        if name not in table:
+            unavailable[name] = f"no such {device} peer (known: {', '.join(table)})"
+            continue
+        factories = {name: table[name]}
+        if name == "llama.cpp" and device != "cuda":
+            factories = {f"llama.cpp {t}": functools.partial(cpu_llama_cpp, ggml_type=t)
+                         for t in llama_types}
+            if not factories:
+                unavailable[name] = "no ggml type chosen (--llama-types)"
+        for label, factory in factories.items():
+            try:
+                made.append(factory(weight, x, np.random.default_rng(seed)))
+            except Unavailable as why:
+                unavailable[label] = str(why)
     return made, unavailable

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from tools.harness import bandwidth as bw
-from tools.harness import cli, cuda_timing, peers, reference, results
+from tools.harness import cli, cuda_timing, llama_cpp, peers, reference, results
 from tools.harness.cpu_timing import interleaved, median, paired_ratio
 from tools.harness.loading import load
 
@@ -82,6 +82,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peers", default=None,
                         help="comma list, or 'none' (default: every peer of the device: "
                              f"CPU {','.join(peers.CPU_PEERS)}; GPU {','.join(peers.CUDA_PEERS)})")
+    parser.add_argument("--llama-types", default=None,
+                        type=cli.choices(*llama_cpp.GGML_TYPES),
+                        help="ggml types of the llama.cpp peer, comma-separated (default: those "
+                             "of --bits: 2 q2_K, 3 q3_K, 4 q4_0,q4_K, 8 q8_0)")
     parser.add_argument("--threads", default=None, type=cli.ints,
                         help="CPU thread counts (default: the preset's cores)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds")
@@ -198,7 +202,8 @@ def _peers(args, weight_kn: np.ndarray, x_np: np.ndarray, device: str):
     weight, x = torch.from_numpy(weight_kn), torch.from_numpy(x_np)
     if device == "cuda":
         weight, x = weight.cuda(), x.cuda()
-    made, unavailable = peers.make(names, device, weight, x)
+    llama_types = args.llama_types or llama_cpp.default_types(args.bits)
+    made, unavailable = peers.make(names, device, weight, x, llama_types=llama_types)
     checked = []
     for peer in made:
         try:
@@ -217,7 +222,7 @@ def run_cpu(args, specs) -> dict:
     threads = args.threads or [preset.hardware().cores]
     probes = ({t: bw.read_probe(tvm_target(preset), t, args.bandwidth_mib) for t in threads}
               if args.bandwidth_mib else {})
-    rows, unavailable = [], {}
+    rows, unavailable, details = [], {}, {}
     rng = np.random.default_rng(0)
     for (k, _, m), group in itertools.groupby(_by_workload(specs), key=_workload):
         group = list(group)
@@ -228,8 +233,12 @@ def run_cpu(args, specs) -> dict:
             ours[spec.name()] = (calls[0], row)
         checked, why_not = _peers(args, weight, x_np, "cpu")
         unavailable.update(why_not)
+        details.update({p.name: p.detail for p in checked if p.detail})
         for t in threads:
             bw.set_threads(t)
+            for p in checked:
+                if p.set_threads:  # a peer with threads of its own runs with as many as ours
+                    p.set_threads(t)
             runners = {name: call for name, (call, _) in ours.items()}
             runners.update({f"peer:{p.name}": p.call for p in checked})
             if t in probes:
@@ -253,7 +262,7 @@ def run_cpu(args, specs) -> dict:
                         samples, f"peer:{p.name}", name)
                 rows.append(row)
                 print(_line(row, [p.name for p in checked]), flush=True)
-    return {"rows": rows, "peers_unavailable": unavailable}
+    return {"rows": rows, "peers_unavailable": unavailable, "peers_detail": details}
 
 
 def run_cuda(args, specs) -> dict:
@@ -364,6 +373,8 @@ def main(args) -> int:
         return 1
     result.update(target=preset.name, skipped=skipped, seconds=time.monotonic() - started,
                   **measured)
+    for name, detail in measured.get("peers_detail", {}).items():
+        print(f"peer {name}: {detail}")
     for name, why in measured["peers_unavailable"].items():
         print(f"peer {name}: {why}")
     if args.json:
