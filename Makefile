@@ -58,7 +58,9 @@ setup-test: $(TEST)
 $(BASE): setup.cfg pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(ACTIVATE) && python -m pip install -q --upgrade pip
-	$(ACTIVATE) && pip install -q $(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	@# --retries 1: where the index cannot be reached (a machine with the wheel on disk), pip's
+	@# default of 5 retries with back-off per dependency cost 80 s before it used the local wheel
+	$(ACTIVATE) && pip install -q --retries 1 $(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(ACTIVATE) && pip install -q -e .
 	touch $@
 

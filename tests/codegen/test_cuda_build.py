@@ -79,11 +79,11 @@ def test_search_yields_valid_candidates_that_build_and_replay(tmp_path):
     ms = _tvm.ms
     spec = UniformSpec(k=1024, n=1024, m=4)
     mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
-    context = ms.TuneContext(
+    context = _tvm.tune_context(  # as qcompile.tune makes it
         mod=mod, target=TARGET, space_generator=space_generator(spec, "cuda", HW),
         search_strategy=ms.search_strategy.EvolutionarySearch(
             population_size=32, init_min_unmeasured=8, genetic_num_iters=2),
-        task_name=spec.name(), rand_state=7, num_threads=2).clone()
+        task_name=spec.name(), rand_state=7, num_threads=2)
     spaces = context.space_generator.generate_design_space(context.mod)
     # 4 x 1024 floats of x fit shared memory: all 6 sketches, then the heuristic's with priors.
     assert len(spaces) == 7
