@@ -49,6 +49,7 @@ from qcompile.kernel_cache import KernelCache
 from qcompile.kernels.uniform import FAMILY, UniformSpec
 from qcompile.kernels.uniform.dense_torch import dequantize_on_device
 from qcompile.kernels.uniform.spec import INT8_BITS
+from qcompile.runtime import DEVICE_OF_KIND
 
 #: Largest activation row count with kernels of its own (the issue's small-batch range).
 MAX_KERNEL_ROWS = 16
@@ -56,9 +57,6 @@ MAX_KERNEL_ROWS = 16
 #: Rows from which the dense prefill path is used (tools/bench.py prefill;
 #: docs/design/gptq-checkpoints.md, "Prefill crossover").
 PREFILL_ROWS = 128
-
-#: The device each kind of target preset runs on.
-_DEVICE_OF_KIND = {"cpu": "cpu", "cuda": "cuda"}
 
 _DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -164,7 +162,7 @@ class QuantLinear(torch.nn.Module):
         if int8_activations:
             layer.spec(m=1, int8_activations=True)  # its rules (bits, N), with their numbers
         self._checkpoint = layer.checkpoint
-        self.device = torch.device(_DEVICE_OF_KIND[kernels.preset.kind])
+        self.device = torch.device(DEVICE_OF_KIND[kernels.preset.kind])
         base = layer.spec(m=1)
         self._prepared = FAMILY.prepare(base, device=self.device.type, **layer.kernel_tensors())
         self._plans: dict[tuple[int, str], int] = {}

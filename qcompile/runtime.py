@@ -18,7 +18,8 @@ from qcompile.kernels.base import KernelSpec, PreparedWeights
 from qcompile.manifest import Manifest, read_manifest, sha256_of
 from targets import cuda, isa
 
-_DEVICE_OF_KIND = {"cpu": "cpu", "cuda": "cuda"}
+#: The torch device each kind of target preset runs on.
+DEVICE_OF_KIND = {"cpu": "cpu", "cuda": "cuda"}
 
 
 class Kernel:
@@ -37,7 +38,7 @@ class Kernel:
         self.spec = spec
         self.family = family_of(spec)
         self.preset = preset
-        self.device = _DEVICE_OF_KIND[preset.kind]
+        self.device = DEVICE_OF_KIND[preset.kind]
         self._function = function
         #: The weight layout the schedule chose (manifest ``layout``); None: the family's default.
         self.layout = manifest.data.get("layout")

@@ -47,6 +47,17 @@ def shard_range(length: int, rank: int, size: int, what: str) -> tuple[int, int]
     return rank * part, (rank + 1) * part
 
 
+def row_block(layer: GptqTensors, rank: int, size: int) -> tuple[int, int, slice]:
+    """(start, stop, packed word rows) of rank ``rank``'s rows of ``layer``: K/size rows, a
+    whole number of packed blocks (FormatError otherwise)."""
+    start, stop = shard_range(layer.in_features, rank, size, "K")
+    values, words = bitpack.block_shape(layer.bits)
+    if (stop - start) % values:
+        raise FormatError(f"a row shard of K/size={stop - start} must be a multiple of {values} "
+                          f"({layer.bits}-bit codes pack {values} rows per block)")
+    return start, stop, slice(start // values * words, stop // values * words)
+
+
 def shard_columns(layer: GptqTensors, rank: int, size: int) -> GptqTensors:
     """Column-parallel shard: output columns ``[rank*N/size, (rank+1)*N/size)``."""
     start, stop = shard_range(layer.out_features, rank, size, "N")
@@ -74,12 +85,8 @@ def shard_rows(layer: GptqTensors, rank: int, size: int) -> GptqTensors:
     if not is_trivial(layer.g_idx, layer.group_size):
         raise FormatError("row-sharding needs sequential groups: reorder the layer (g_idx is "
                           "not k // group_size)")
-    start, stop = shard_range(layer.in_features, rank, size, "K")
+    start, stop, word_rows = row_block(layer, rank, size)
     rows = stop - start
-    values, words = bitpack.block_shape(layer.bits)
-    if rows % values:
-        raise FormatError(f"a row shard of K/size={rows} must be a multiple of {values} "
-                          f"({layer.bits}-bit codes pack {values} rows per block)")
     if layer.group_size == -1:
         groups = slice(0, 1)  # one group spans the column: every shard keeps its scale
         group_size = -1
@@ -89,7 +96,6 @@ def shard_rows(layer: GptqTensors, rank: int, size: int) -> GptqTensors:
                               f"group_size={layer.group_size}")
         groups = slice(start // layer.group_size, stop // layer.group_size)
         group_size = layer.group_size
-    word_rows = slice(start // values * words, stop // values * words)
     return replace(
         layer,
         qweight=np.ascontiguousarray(layer.qweight[word_rows]),

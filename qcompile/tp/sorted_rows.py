@@ -25,7 +25,7 @@ from qcompile.errors import FormatError
 from qcompile.formats import bitpack
 from qcompile.formats.act_order import permute_packed_rows, sequential_permutation
 from qcompile.formats.gptq import GptqTensors, pack_zeros, unpack_zeros
-from qcompile.tp.shard import shard_range
+from qcompile.tp.shard import row_block
 
 #: Bytes the uniform kernels read per group and column besides the codes: an fp16 scale and a
 #: uint8 zero-point (``UniformFamily.bytes_read``); they set the sub-group size of ``sequential``.
@@ -208,15 +208,11 @@ def shard_rows_sorted(layer: GptqTensors, rank: int,
     FormatError
         K is not divisible by ``size``, or K/size is not a whole number of packed blocks.
     """
-    start, stop = shard_range(layer.in_features, rank, size, "K")
+    start, stop, word_rows = row_block(layer, rank, size)
     rows = stop - start
-    values, words = bitpack.block_shape(layer.bits)
-    if rows % values:
-        raise FormatError(f"a row shard of K/size={rows} must be a multiple of {values} "
-                          f"({layer.bits}-bit codes pack {values} rows per block)")
     g_idx = layer.g_idx[start:stop]
     permutation = sequential_permutation(g_idx)
-    sliced = layer.qweight[start // values * words:stop // values * words]
+    sliced = layer.qweight[word_rows]
     return permutation, SortedRowShard(
         qweight=permute_packed_rows(sliced, permutation, layer.bits),
         scales=layer.scales, qzeros=layer.qzeros,
