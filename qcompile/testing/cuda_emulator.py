@@ -15,7 +15,8 @@ multiply-adds only in rounding). What it cannot: speed, memory coalescing, regis
 (ptxas reports those: see :func:`ptxas_report`), and GPU-only intrinsics beyond the ones the
 prelude provides (an unknown one is a compile error here, not a silent difference). Of the
 tensor-core instructions it runs ``mma.sync`` m16n8k16 with fp16/bf16 operands and float32
-sums (:func:`emulate_mma`), the warp's lanes exchanging their fragments as the hardware does.
+sums (:func:`emulate_mma`), the warp's lanes exchanging their fragments as the hardware does,
+and of the bit operations ``lop3.b32`` (:func:`emulate_lop3`).
 
 Only small launches are practical (each block starts its threads): tests use shapes of a few
 hundred rows and columns.
@@ -380,6 +381,22 @@ def emulate_mma(code: str) -> str:
     return code
 
 
+_LOP3 = re.compile(r"\btvm_builtin_ptx_lop3_b32_(\d+)\b")
+
+
+def emulate_lop3(code: str) -> str:
+    """Define each ``lop3.b32`` helper TVM's ``T.ptx.lop3`` calls (its PTX is inline assembly,
+    left behind with TVM's prelude) as the look-up table it names: bit i of the table is the
+    result for inputs (a, b, c) = bits 2, 1, 0 of i."""
+    tables = sorted({int(t) for t in _LOP3.findall(code)})
+    helpers = "".join(
+        f"inline void tvm_builtin_ptx_lop3_b32_{t}(uint32_t& d, uint32_t a, uint32_t b, "
+        f"uint32_t c) {{\n  d = 0;\n  for (int i = 0; i < 8; ++i)\n    if ({t} >> i & 1) "
+        "d |= (i & 4 ? a : ~a) & (i & 2 ? b : ~b) & (i & 1 ? c : ~c);\n}\n"
+        for t in tables)
+    return helpers + code
+
+
 def compile_emulated(cuda_source: str, extents: dict[str, int],
                      cache_dir: str | Path | None = None) -> EmulatedKernel:
     """Compile generated CUDA C into an :class:`EmulatedKernel` (cached by source hash)."""
@@ -390,7 +407,7 @@ def compile_emulated(cuda_source: str, extents: dict[str, int],
                f'{name}({casts}); }});\n}}\n')
     # `static alignas(n)` is how C++ spells CUDA's `__shared__ alignas(n)`.
     code = re.sub(r"__shared__\s+(alignas\(\d+\))", r"\1 static", code)
-    code = emulate_mma(code)
+    code = emulate_lop3(emulate_mma(code))
     text = _PRELUDE + code + wrapper
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     cache = Path(cache_dir or Path(tempfile.gettempdir()) / f"qcompile-cuda-emu-{os.getuid()}")

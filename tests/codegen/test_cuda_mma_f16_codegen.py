@@ -25,9 +25,9 @@ from qcompile.kernels.uniform.compute_cuda_mma_f16 import (
     UNIT_ROWS,
     block_rows,
     check_spec,
-    code_row,
+    code_position,
     k_split,
-    word_plane,
+    register_plan,
     word_position,
     x_row,
 )
@@ -108,38 +108,55 @@ def test_generated_kernel_uses_mma_without_spills(m, bits, dtype):
 
 @pytest.mark.parametrize("bits,group_size", [(2, 128), (3, 32), (4, 32), (8, 64), (4, -1)])
 def test_mma_f16_puts_every_code_where_its_lane_decodes_it(bits, group_size):
-    """Packed for the kernel, qweight [N/8, K/128, 32 b]: field f of word w of lane l holds
-    the code of column l/4 at the unit's row code_row(l, w, f), and those rows are the ones
-    the lane's x registers hold (x_row): rows 32 t .. 32 t + 31 of lane thread t = l % 4."""
+    """Packed for the kernel, qweight [N/16, K/128, 64 b]: every field code_position names
+    holds its code's bits, every bit of the lane's words belongs to one field, and the rows of
+    each lane's codes are the rows its x registers hold (x_row): within each block of K, rows
+    block/4 t .. block/4 (t + 1) - 1 of lane thread t = l % 4, each step within its group."""
     spec = UniformSpec(k=256, n=64, m=4, bits=bits, group_size=group_size, dtype="float16")
     block = block_rows(spec)
     tensors = FAMILY.example_tensors(spec, np.random.default_rng(bits))
     prepared = FAMILY.prepare(spec, **tensors, layout=layout.mma_f16(bits, block))
     packed = prepared.tensors[0].numpy().view(np.uint32)
     codes = bitpack.unpack(tensors["qweight"], bits)            # [K, N]
-    assert packed.shape == (spec.n // 8, spec.k // UNIT_ROWS, 32 * bits)
+    assert packed.shape == (spec.n // 16, spec.k // UNIT_ROWS, 64 * bits)
+    run = block // 4
     for lane in range(32):
         t = lane % 4
-        run = block // 4                                         # x: contiguous per group
-        for plane_first, width in {(word_plane(w, bits)[2], word_plane(w, bits)[0])
-                                   for w in range(bits)}:
-            words = [w for w in range(bits) if word_plane(w, bits)[2] == plane_first]
-            rows = sorted(code_row(lane, w, f, bits, block) for w in words
-                          for f in range(32 // width))            # each plane: every row once
-            assert rows == [b + run * t + i for b in range(0, UNIT_ROWS, block)
-                            for i in range(run)]
-            assert rows == sorted(x_row(t, s, h, e, block) for s in range(8) for h in (0, 1)
-                                  for e in (0, 1))
+        used = np.zeros((2 * bits, 32), dtype=bool)
+        rows_of_column = {}
+        for word, bit, width, code_bit, row, column in code_position(bits, "float16", block,
+                                                                     lane):
+            assert not used[word, bit:bit + width].any()
+            used[word, bit:bit + width] = True
+            got = packed[:, :, word_position(lane, word, bits)] >> np.uint32(bit)
+            want = codes[row::UNIT_ROWS, column::16].T
+            np.testing.assert_array_equal(got & np.uint32((1 << width) - 1),
+                                          (want >> code_bit) & ((1 << width) - 1))
+            rows_of_column.setdefault((column, code_bit), []).append(row)
+        assert used.all()
+        for rows in rows_of_column.values():                    # each column: every row once
+            assert sorted(rows) == [b + run * t + i for b in range(0, UNIT_ROWS, block)
+                                    for i in range(run)]
         for s in range(8):                                       # a step stays in its group
             assert {x_row(t, s, h, e, block) // block for h in (0, 1) for e in (0, 1)} == \
                 {s * 16 // block}
-        for w in range(bits):
-            width, _, first_bit = word_plane(w, bits)
-            for f in range(32 // width):
-                got = packed[:, :, word_position(lane, w, bits)] >> np.uint32(f * width)
-                want = codes[code_row(lane, w, f, bits, block)::UNIT_ROWS, lane // 4::8].T
-                np.testing.assert_array_equal(got & np.uint32((1 << width) - 1),
-                                              (want >> first_bit) & ((1 << width) - 1))
+
+
+def test_register_plan_decodes_in_place_where_the_mantissa_allows():
+    """Each register's code lands at its offset, inside the mantissa; a0/a1 and a2/a3 share
+    their offsets (each pair meets one B register); 4-bit fp16 needs one shift per word."""
+    for bits, dtype in [(2, "float16"), (3, "float16"), (4, "float16"), (8, "float16"),
+                        (2, "bfloat16"), (3, "bfloat16"), (4, "bfloat16")]:
+        mantissa = 10 if dtype == "float16" else 7
+        for registers in register_plan(bits, dtype):
+            assert registers[0].offset == registers[1].offset
+            assert registers[2].offset == registers[3].offset
+            for register in registers:
+                assert register.offset + bits <= mantissa
+                assert sum(f.width for f in register.fields) == bits
+    shifts = {register.shift(field) for registers in register_plan(4, "float16")
+              for register in registers for field in register.fields}
+    assert shifts == {0, 8}
 
 
 @pytest.mark.parametrize(("m", "bits", "group_size", "dtype", "k", "n"), [
@@ -171,3 +188,13 @@ def test_export_records_the_layout(tmp_path):
     manifest = json.loads(result.manifest_path.read_text())
     assert manifest["layout"] == layout.mma_f16(4, 128)
     assert "m16n8k16" in (tmp_path / f"{spec.name()}.cu").read_text()
+
+
+@pytest.mark.parametrize("bits,dtype,m", [(4, "float16", 1), (3, "bfloat16", 16),
+                                          (2, "float16", 9), (8, "float16", 4)])
+def test_tuning_can_estimate_the_compute(bits, dtype, m):
+    """MetaSchedule estimates each workload's flops before it tunes; its estimator takes no
+    vector expressions in a compute (the kernel writes vector loops instead)."""
+    spec = UniformSpec(k=1024, n=512, m=m, bits=bits, dtype=dtype)
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
+    assert _tvm.tvm.s_tir.analysis.estimate_tir_flops(mod) > 0

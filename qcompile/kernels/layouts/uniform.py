@@ -47,10 +47,11 @@ PLANE_WORDS = "plane_words"
 #: warp in compute_cuda_mma.scale_position's order.
 MMA_TILES = "mma_tiles"
 
-#: The fp16/bf16 tensor-core kernel's operands (compute_cuda_mma_f16.py): codes int32
-#: [N/8, K/128, 32 b], each lane's b words of a unit and tile in word_position's order (two codes
-#: 16 bits apart per fragment register), scales and zeros as in :data:`MMA_TILES`.
-MMA_F16 = "mma_f16"
+#: The fp16/bf16 tensor-core kernel's operands (compute_cuda_mma_f16.py), codes as mma's A
+#: operand: int32 [N/16, K/128, 64 b], each lane's 2 b words of a unit and 16-column tile in
+#: word_position's order, every code at the bits its register decodes it from in place
+#: (code_position); scales and zeros [G, N] with each warp's columns in its scale_position order.
+MMA_F16 = "mma_f16_a"
 
 #: Operands the layout rewrites, with the block that reads each.
 _OPERANDS = (("qweight", "group_dot"), ("scales", "combine"), ("zeros", "combine"))
@@ -74,7 +75,7 @@ def mma_tiles(bits: int, group_units: int, tiles: int) -> dict:
 
 
 def mma_f16(bits: int, block_rows: int) -> dict:
-    """The layout descriptor ``{"kind": "mma_f16", "bits": b, "block_rows": B}``
+    """The layout descriptor ``{"kind": "mma_f16_a", "bits": b, "block_rows": B}``
     (:data:`MMA_F16`; B: rows of K within which the kernel orders them,
     compute_cuda_mma_f16.block_rows)."""
     return {"kind": MMA_F16, "bits": int(bits), "block_rows": int(block_rows)}
@@ -235,17 +236,19 @@ def _reorder_runs(t, position, width):
 
 def _mma_f16_of(tensors: dict, bits: int, block: int) -> dict:
     """GPTQ operands (qweight int32 [K*b/32, N], scales float16 and zeros uint8 [G, N]; torch)
-    -> ``qweight`` int32 [N/8, K/128, 32 b] in compute_cuda_mma_f16.word_position's order,
-    ``scales`` and ``zeros`` in compute_cuda_mma.scale_position's (new memory)."""
+    -> ``qweight`` int32 [N/16, K/128, 64 b] in compute_cuda_mma_f16's word_position and
+    code_position order, ``scales`` and ``zeros`` in its scale_position order (new memory)."""
     import numpy as np
     import torch
 
-    from qcompile.kernels.uniform.compute_cuda_mma import TILE_N, WARP_COLUMNS, scale_position
     from qcompile.kernels.uniform.compute_cuda_mma_f16 import (
+        TILE_COLUMNS,
         UNIT_ROWS,
-        code_row,
-        word_plane,
+        WARP_COLUMNS,
+        code_position,
+        scale_position,
         word_position,
+        words_per_lane,
     )
 
     packed = tensors["qweight"]
@@ -257,19 +260,18 @@ def _mma_f16_of(tensors: dict, bits: int, block: int) -> dict:
     if k % UNIT_ROWS or n % WARP_COLUMNS or block not in (32, 64, 128):
         raise SpecError(f"layout {MMA_F16}: K={k} must be a multiple of {UNIT_ROWS}, "
                         f"N={n} of {WARP_COLUMNS}, and the block of {block} rows 32, 64 or 128")
-    # words [N/8, K/128, 32 b]: word w of lane l (column l/4 of its tile) ORs its fields' codes
-    # (their bits of the word's plane)
-    words = np.zeros((n // TILE_N, k // UNIT_ROWS, 32 * bits), dtype=np.uint32)
-    by_unit = codes.reshape(k // UNIT_ROWS, UNIT_ROWS, n // TILE_N, TILE_N).astype(np.uint32)
+    # words [N/16, K/128, 64 b]: each field of a lane's words holds bits of one code (the
+    # packing is the same for fp16 and bf16 x: code_position's dtype only moves offsets)
+    words = np.zeros((n // TILE_COLUMNS, k // UNIT_ROWS, 32 * words_per_lane(bits)),
+                     dtype=np.uint32)
+    by_unit = codes.reshape(k // UNIT_ROWS, UNIT_ROWS, n // TILE_COLUMNS,
+                            TILE_COLUMNS).astype(np.uint32)
     for lane in range(32):
-        for word in range(bits):
-            width, _, first_bit = word_plane(word, bits)  # 3 bits: a 2-bit and a 1-bit plane
-            value = np.zeros((k // UNIT_ROWS, n // TILE_N), dtype=np.uint32)
-            for field in range(32 // width):
-                row = code_row(lane, word, field, bits, block)
-                plane = by_unit[:, row, :, lane // 4] >> np.uint32(first_bit)
-                value |= (plane & np.uint32((1 << width) - 1)) << np.uint32(field * width)
-            words[:, :, word_position(lane, word, bits)] = value.T
+        for word, bit, width, code_bit, row, column in code_position(bits, "float16", block,
+                                                                     lane):
+            field = (by_unit[:, row, :, column] >> np.uint32(code_bit)) & np.uint32(
+                (1 << width) - 1)
+            words[:, :, word_position(lane, word, bits)] |= field.T << np.uint32(bit)
     device = packed.device
     return {"qweight": torch.from_numpy(words.view(np.int32)).to(device),
             **{name: _reorder_runs(tensors[name], scale_position, WARP_COLUMNS)
@@ -282,8 +284,8 @@ def describe(layout: dict | None) -> str:
     if layout.get("kind") == PLANE_WORDS:
         return f"{PLANE_WORDS} (byte planes as int32 words [U, P, N])"
     if layout.get("kind") == MMA_F16:
-        return (f"{MMA_F16} (two codes per half2 register, words [N/8, K/128, 32 b], rows "
-                f"ordered within blocks of {layout['block_rows']})")
+        return (f"{MMA_F16} (codes as mma's A operand, two per half2 register, words "
+                f"[N/16, K/128, 64 b], rows ordered within blocks of {layout['block_rows']})")
     if layout.get("kind") == MMA_TILES:
         return (f"{MMA_TILES} (words per group and 8-column tile [G, N/8, "
                 f"{8 * layout['group_units']}], {layout['tiles']} tiles per warp)")

@@ -2,77 +2,94 @@
 m16n8k16, half x half -> float32; sm_80 and later), for batches of up to 16 rows: x as the
 model hands it, output in x's dtype, no rounding of x.
 
-The codes never meet an int->float conversion. A code c of b <= 8 bits OR-ed into the mantissa
-of the "magic" half ``B0`` (1024 in fp16, 0x6400; 128 in bf16, 0x4300) is the half ``B0 + c``
-exactly, and two codes 16 bits apart in a word become a half2 fragment register in one shift
-and one LOP3 (``(word >> s) & mask | magic``). The tensor cores then multiply x by ``B0 + c``;
-the offsets are removed per group in float32, where nothing rounds them away:
+**The weights are the A operand.** mma's A is 16 x 16 and its B 16 x 8; a batch of a few rows
+fills 8 columns better than 16 rows, so the kernel computes y^T = W^T x^T: A holds 16 columns
+of W (its rows) by 16 rows of K, B holds 16 rows of K by 8 rows of x, and every register of A
+is a decoded weight (none are padding). Lane l (group g = l // 4, thread t = l % 4) holds
 
-    S[m, n]  = sum over the group's k of x[m, k] * (B0 + c[k, n])        (mma, float32 sums)
-    X[m]     = sum over the group's k of x[m, k] * B0                   (one more mma, B = B0)
-    y[m, n] += s[g, n] * (S[m, n] - (B0 + z[g, n]) / B0 * X[m])
+- A (codes): registers a0..a3 = columns g, g + 8, g, g + 8 of the 16-column tile, rows of K
+  (2t, 2t + 1) for a0/a1 and (2t + 8, 2t + 9) for a2/a3 (two halves each);
+- B (x): b0 = rows (2t, 2t + 1) and b1 = rows (2t + 8, 2t + 9) of x's row g (of the 8-row tile);
+- C (float32 sums): c0, c1 = column g, x rows 2t, 2t + 1; c2, c3 = column g + 8, same rows.
 
-Products of a half x and ``B0 + c`` (11 significant bits each) are exact in float32, so what
-the offset costs is the float32 rounding of sums about ``B0 / 8`` times larger than the
-result: about 1e-5 relative at fp16's B0 = 1024 (measured: tests/cuda/test_uniform_mma_f16_cuda.py).
-bf16 has 8 significant bits, so at 8 bits its magic cannot hold a code (128 + 255 needs 9):
-8-bit codes take fp16 x only.
+**Codes become halves in place, one LOP3 each.** A code c OR-ed at bit o of the mantissa of the
+"magic" half ``B0`` (1024 in fp16, 0x6400; 128 in bf16, 0x4300) gives the half ``B0 + 2^o c``
+exactly, as long as o + bits fits the mantissa (10 bits in fp16, 7 in bf16). A 32-bit word
+holds codes 16 bits apart, so ``lop3(word >> shift, mask, magic)`` makes a register from the
+fields at bit ``shift + o`` and ``shift + o + 16``; codes packed at the bit offsets their
+register uses need no shift (4-bit fp16: one shift and four LOP3 per word of 8 codes;
+:func:`register_plan`). The 2^o is taken out of x instead: the B register that meets a
+register of offset o holds x / 2^o (exact: a power of two). Per group, one more mma per step
+multiplies the same x by an A of ``-(B0 + 2^o z)`` halves (z: the column's zero-point, built
+like a code register from the zeros), so the float32 sums are exactly ``sum_k x_k (c_k - z)``:
 
-The GEMM is written per warp lane, as in the int8 tensor-core kernel (compute_cuda_mma.py):
-block ``warp_gemm`` runs for one lane of one warp (loops ``warp`` over N / 32, ``part`` over
-:func:`k_split`'s slices of K, ``lane`` over 32). A warp takes :data:`TILES_PER_WARP` tiles of 8
-columns; it walks its slice of K in *units* of 128 rows (8 mma steps of 16): per unit and tile a
-lane reads its ``b`` words (layout ``mma_f16``, :func:`word_position`), per group of the unit its
-8 scales and 8 zeros (the int8 kernel's :func:`~compute_cuda_mma.scale_position` order), and
-while it multiplies one unit the next unit's words are in flight. Lane l (group l // 4, thread
-t = l % 4) holds
+    C[n, m] = sum over the group's k of x[m, k] 2^-o_k ((B0 + 2^o_k c[k, n]) - (B0 + 2^o_k z[n]))
+    y[m, n] += s[g, n] * C[n, m]
 
-- x (A, 16 x 16, row-major): half pairs of rows l // 4 and l // 4 + 8, loaded from x itself in
-  the rows of K :func:`x_row` assigns (rows past M are zeros, never loaded);
-- codes (B, 16 x 8, column-major): the same rows as x (register b0 with a0/a1, b1 with a2/a3)
-  of column l // 4: one word of the lane holds the registers of 8 / b steps, register r its
-  codes at bits ``b r`` and ``16 + b r`` (3-bit codes as a 2-bit and a 1-bit plane, whose
-  fields are OR-ed together: :func:`planes`);
-- the float32 sums (C, 16 x 8): columns 2t and 2t + 1 of rows l // 4 and l // 4 + 8.
+Products of a half x and ``B0 + 2^o c`` are exact in float32, so what the offset costs is the
+float32 rounding of sums about ``B0`` times larger than the result (about 1e-5 relative at
+fp16's B0 = 1024; tests/codegen/test_cuda_mma_f16_codegen.py, tests/cuda). bf16's 7-bit
+mantissa cannot hold 128 + an 8-bit code: 8-bit codes take fp16 x only.
 
-Operands: x float16/bfloat16 [M, K]; qweight int32 [N/8, K/128, 32 b] (:func:`word_position`);
-scales float16 [G, N] and zeros uint8 [G, N], each warp's 32 columns in ``scale_position``'s
+The GEMM is written per warp lane (block ``warp_gemm``: one lane of one warp; loops ``warp``
+over N / 32, ``part`` over :func:`k_split`'s slices of K, ``lane`` over 32). A warp takes
+:data:`COLUMN_TILES` tiles of 16 columns and walks its slice of K in units of 128 rows (8 mma
+steps of 16): per unit and tile a lane reads its ``2 b`` words (layout ``mma_f16_a``,
+:func:`word_position`), per group its 4 scales and 4 zeros (:func:`scale_position`), and per
+unit its 32 halves of x for each tile of 8 rows: lane thread t multiplies rows
+``block / 4 * t .. + block / 4`` of each block of K (:func:`x_row`), so its x is contiguous
+(128-bit loads). Two register buffers of words alternate: the next unit's words are in flight
+while this unit's are multiplied.
+
+Operands: x float16/bfloat16 [M, K]; qweight int32 [N/16, K/128, 64 b] (:func:`word_position`);
+scales float16 [G, N] and zeros uint8 [G, N], each warp's 32 columns in :func:`scale_position`'s
 order; y [M, N] in x's dtype.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import cache
+
 from qcompile._tvm import T
 from qcompile.errors import SpecError
 from qcompile.kernels.tir.attrs import COMPUTE_ATTR
-from qcompile.kernels.uniform.compute_cuda_mma import (
-    K_SPLITS,
-    TARGET_WARPS,
-    TILE_M,
-    TILE_N,
-    TILES_PER_WARP,
-    WARP_COLUMNS,
-    scale_position,
-)
 from qcompile.kernels.uniform.spec import UniformSpec
 
-COMPUTE_NAME = "uniform.cuda_mma_f16.v1"
+COMPUTE_NAME = "uniform.cuda_mma_f16.v2"
 #: Rows of K per mma step.
 TILE_K = 16
+#: Columns of W per mma (A's 16 rows) and rows of x per mma (B's 8 columns).
+TILE_COLUMNS, TILE_ROWS = 16, 8
+#: Rows of x the kernel takes: two tiles of 8.
+MAX_ROWS = 2 * TILE_ROWS
+#: Tiles of 16 columns per warp: each x fragment feeds this many mma.
+COLUMN_TILES = 2
+#: Columns per warp.
+WARP_COLUMNS = TILE_COLUMNS * COLUMN_TILES
 #: Rows of K a lane walks per iteration (8 steps): whole words at every bit width.
 UNIT_ROWS = 128
-#: Bit widths whose codes split evenly into 16-bit halves of a word.
+_STEPS = UNIT_ROWS // TILE_K
+#: Bit widths the kernel takes.
 BITS = (2, 3, 4, 8)
 #: Group sizes the kernel takes (-1: the whole column).
 GROUP_SIZES = (32, 64, 128, -1)
-#: The magic half of each activation dtype (its bits, its value): OR-ing a code below
-#: 2 ** mantissa bits into it gives ``value + code``.
-MAGIC = {"float16": (0x6400, 1024.0), "bfloat16": (0x4300, 128.0)}
+#: The magic half of each activation dtype (its bits, its value, its mantissa bits): OR-ing a
+#: code below 2 ** mantissa bits into it gives ``value + code``.
+MAGIC = {"float16": (0x6400, 1024.0, 10), "bfloat16": (0x4300, 128.0, 7)}
 #: mma operand type names of each activation dtype.
 MMA_TYPE = {"float16": "fp16", "bfloat16": "bf16"}
+#: Warps over K per 32 columns (their float sums meet in ``k_sum``).
+K_SPLITS = (1, 2, 4, 8, 16)
+#: Warps the grid should hold, by tiles of 8 rows of x (an H200 has 132 SMs). One tile (about
+#: 76 registers a thread, 24 warps an SM): two waves or more, whose tails are short; two tiles
+#: (112 registers, 16 warps an SM): about one wave (K splits measured on the H200:
+#: docs/design/uniform-cuda.md).
+TARGET_WARPS = {1: 48 * 132, 2: 12 * 132}
 #: Fewest units of K a warp walks.
 MIN_UNITS_PER_WARP = 2
-_STEPS = UNIT_ROWS // TILE_K
+#: lop3's look-up table for ``(a & b) | c``.
+AND_OR = 0xEA
 
 
 def problems_with(spec: UniformSpec) -> list[str]:
@@ -88,10 +105,10 @@ def problems_with(spec: UniformSpec) -> list[str]:
     if spec.bits not in BITS:
         problems.append(f"bits={spec.bits} must be one of {BITS}")
     elif spec.bits == 8 and spec.dtype == "bfloat16":
-        problems.append("8-bit codes need fp16 x: bf16's 8 significant bits cannot hold "
+        problems.append("8-bit codes need fp16 x: bf16's 7 mantissa bits cannot hold "
                         "128 + a code of 8 bits")
-    if spec.m > TILE_M:
-        problems.append(f"M={spec.m} must be at most {TILE_M} (one tile of rows)")
+    if spec.m > MAX_ROWS:
+        problems.append(f"M={spec.m} must be at most {MAX_ROWS} (two tiles of rows)")
     if spec.n % WARP_COLUMNS:
         problems.append(f"N={spec.n} must be a multiple of {WARP_COLUMNS} (columns per warp)")
     if spec.k % UNIT_ROWS:
@@ -116,50 +133,18 @@ def units(spec: UniformSpec) -> int:
 
 def k_split(spec: UniformSpec) -> int:
     """Warps that share one 32-column slice, each over a slice of the units: the fewest of
-    :data:`K_SPLITS` that give the grid :data:`TARGET_WARPS` warps, within those that divide the
-    units and leave each warp :data:`MIN_UNITS_PER_WARP` or more."""
+    :data:`K_SPLITS` that give the grid :data:`TARGET_WARPS` warps (for its tiles of rows),
+    within those that divide the units and leave each warp :data:`MIN_UNITS_PER_WARP` or more."""
     count = units(spec)
     fits = [v for v in K_SPLITS if count % v == 0 and count // v >= MIN_UNITS_PER_WARP] or [1]
     slices = spec.n // WARP_COLUMNS
-    return next((v for v in fits if slices * v >= TARGET_WARPS), max(fits))
+    target = TARGET_WARPS[row_tiles(spec)]
+    return next((v for v in fits if slices * v >= target), max(fits))
 
 
-def planes(bits: int) -> tuple[int, ...]:
-    """Field widths of the code planes, low bits first: one plane of b-bit fields, except 3-bit
-    codes, which split into a 2-bit plane and a 1-bit plane (32 / 3 fields do not fill a word;
-    fields 16 bits apart must)."""
-    return (2, 1) if bits == 3 else (bits,)
-
-
-def word_plane(word: int, bits: int) -> tuple[int, int, int]:
-    """(field width, the word's index within its plane, the code bit its fields start at) of
-    word ``word`` (0 .. b - 1) of a lane's unit: each plane of width w holds w words."""
-    first = 0
-    for width in planes(bits):
-        if word < first + width:
-            return width, word - first, first
-        first += width
-    raise ValueError(f"word {word} of a {bits}-bit lane (it has {bits})")
-
-
-def _plane_starts(bits: int) -> list[tuple[int, int]]:
-    """(first word, field width) of each plane; a plane's first word is also its first code
-    bit (a plane of width w holds w words)."""
-    starts, first = [], 0
-    for width in planes(bits):
-        starts.append((first, width))
-        first += width
-    return starts
-
-
-def word_position(lane, word: int, bits: int):
-    """Where word ``word`` (0 .. b - 1) of lane ``lane`` sits among a tile's ``32 b`` words of
-    one unit: plane by plane, vector by vector (up to 4 words of a plane), the warp's lanes
-    contiguous in each (one warp load is 32 vectors in a row). ``lane``: int when packing,
-    a TIR expression in the kernel."""
-    width, index, first = word_plane(word, bits)
-    vec = min(width, 4)
-    return 32 * first + index // vec * (32 * vec) + lane * vec + index % vec
+def row_tiles(spec: UniformSpec) -> int:
+    """Tiles of 8 rows of x: 1 for M <= 8, 2 up to 16."""
+    return -(-spec.m // TILE_ROWS)
 
 
 def block_rows(spec: UniformSpec) -> int:
@@ -168,33 +153,172 @@ def block_rows(spec: UniformSpec) -> int:
     return min(spec.effective_group_size, UNIT_ROWS)
 
 
-def code_row(lane: int, word: int, field: int, bits: int, block: int) -> int:
-    """The row of K, within a unit, of the code whose bits sit in field ``field`` of a lane's
-    word ``word`` (fields of the word's plane width w, 0 .. 32/w - 1): register r = field %
-    (16/w) of the word holds step ``index * 8/w + r // 2`` (index: the word's within its
-    plane), fragment register h = ``r % 2``, its low half (fields below 16/w) the first of the
-    pair; ``block``: :func:`block_rows`."""
-    width, index, _ = word_plane(word, bits)
-    per_half = 16 // width
-    register, high = field % per_half, field // per_half
-    step = index * (8 // width) + register // 2
-    return x_row(lane % 4, step, register % 2, high, block)
-
-
 def x_row(thread, step, register, half, block: int):
     """The row of K, within a unit, that lane thread ``thread`` (l % 4) multiplies at ``step``
-    in fragment register ``register`` (a0/a1 and b0: 0; a2/a3 and b1: 1), half ``half``.
+    in B register ``register`` (b0: 0, b1: 1), half ``half``.
 
     Which rows an mma step multiplies is the kernel's choice, as long as x and the codes agree
     and each step stays within its group (``block`` rows: :func:`block_rows`). Within a block,
     lane thread t takes rows ``block / 4 * t + 4 s + 2 h + e`` (its step s in the block), so the
-    x values a lane multiplies are runs of ``block / 4`` contiguous halves of each of its rows
-    (128-bit loads) where the fragment's own order (rows 16 s + 8 h + 2 t + e) needs 32-bit
-    loads.
+    x a lane multiplies is a run of ``block / 4`` contiguous halves per block (128-bit loads)
+    where the fragment's own order (rows 16 s + 8 h + 2 t + e) needs 32-bit loads; in a unit,
+    the lane's halves in that order are ``4 s + 2 h + e``.
     """
     steps = block // TILE_K
     return (step // steps * block + block // 4 * thread + 4 * (step % steps) + 2 * register
             + half)
+
+
+@dataclass(frozen=True)
+class Field:
+    """Where some bits of the two codes of an A register sit in the lane's words.
+
+    The codes' bits ``code_bit .. code_bit + width - 1`` sit at bits ``bit ..`` (first code)
+    and ``bit + 16 ..`` (second code) of word ``word`` (0 .. 2 b - 1) of the lane's unit.
+    """
+
+    word: int
+    bit: int
+    width: int
+    code_bit: int
+
+
+@dataclass(frozen=True)
+class Register:
+    """How A register ``register`` (0..3) of a step is made: its codes' bits at mantissa bit
+    ``offset`` of the magic half (the register holds ``B0 + 2^offset c``), from ``fields``."""
+
+    offset: int
+    fields: tuple[Field, ...]
+
+    def shift(self, field: Field) -> int:
+        """Right shift (negative: left) that brings ``field`` to its bits in the register."""
+        return field.bit - self.offset - field.code_bit
+
+
+def _offset(position: int, bits: int, dtype: str) -> int:
+    """Mantissa bit for a code stored at ``position`` of its half: the same bit, needing no
+    shift, when the code fits there, else the highest that fits."""
+    return min(position, MAGIC[dtype][2] - bits)
+
+
+@cache
+def register_plan(bits: int, dtype: str) -> tuple[tuple[Register, ...], ...]:
+    """For each step of a unit (8) the four A registers: their mantissa offsets and the fields
+    of the lane's words they read.
+
+    - 4 bits: word s per step; a0 and a2 from bits 0 and 4 (+16), a1 and a3 from 8 and 12: in
+      fp16 at offsets 0, 4, 0, 4 (one shift by 8 per word); bf16's 7 mantissa bits take them at
+      offset 0 (three shifts).
+    - 2 bits: word s // 2 (16 codes, two steps); step parity q: a0/a1 at bits 4q, a2/a3 at
+      4q + 2 (+8 for a1/a3), each at its own offset where it fits.
+    - 3 bits: a 2-bit plane (words 0..3, as 2 bits) and a 1-bit plane (words 4, 5: 4 steps each)
+      whose bit joins at offset + 2; its positions are chosen so that four registers share each
+      shift of the word (:func:`_one_bit_positions`).
+    - 8 bits (fp16): words 2s and 2s + 1, bytes 0 and 1 (+16): a0, a1 from the first.
+    """
+    steps = []
+    for step in range(_STEPS):
+        registers = []
+        for register in range(4):
+            row, pair = register % 2, register // 2     # column g (+8), rows 2t (+8)
+            if bits == 4:
+                bit = 8 * row + 4 * pair
+                offset = _offset(4 * pair, bits, dtype)
+                fields = (Field(step, bit, 4, 0),)
+            elif bits == 8:
+                offset = 0
+                fields = (Field(2 * step + pair, 8 * row, 8, 0),)
+            else:                                        # 2 bits, or 3 bits' 2-bit plane
+                position = 4 * (step % 2) + 2 * pair
+                offset = _offset(position, bits, dtype)
+                fields = (Field(step // 2, 8 * row + position, 2, 0),)
+            registers.append(Register(offset, fields))
+        steps.append(registers)
+    if bits == 3:
+        # the 1-bit plane sits where fp16's offsets want it, so the packing is the same for
+        # both dtypes (bf16's registers then shift more of its fields)
+        fp16 = steps if dtype == "float16" else register_plan(2, "float16")
+        for step, register, position in _one_bit_positions(fp16):
+            old = steps[step][register]
+            steps[step][register] = Register(
+                old.offset, old.fields + (Field(4 + step // 4, position, 1, 2),))
+    return tuple(tuple(registers) for registers in steps)
+
+
+def _one_bit_positions(steps) -> list[tuple[int, int, int]]:
+    """(step, register, bit) of each 3-bit register's high bit in the 1-bit plane: four steps
+    per word, 16 positions per half. A position ``offset + 2 + d`` needs the word shifted by d;
+    the shifts -2, -1, 6, 7 come first, so in fp16 four registers share each."""
+    placed = []
+    for word in range(2):
+        free = set(range(16))
+        for step in range(4 * word, 4 * word + 4):
+            for register in range(4):
+                target = steps[step][register].offset + 2
+                position = next((target + d for d in (-2, -1, 6, 7) if target + d in free),
+                                None)
+                if position is None:
+                    position = min(free)
+                free.remove(position)
+                placed.append((step, register, position))
+    return placed
+
+
+def offset_patterns(bits: int, dtype: str) -> list[tuple[int, int]]:
+    """The distinct (offset of a0/a1, offset of a2/a3) of the steps, in order of first use."""
+    patterns = []
+    for registers in register_plan(bits, dtype):
+        pair = (registers[0].offset, registers[2].offset)
+        if pair not in patterns:
+            patterns.append(pair)
+    return patterns
+
+
+def words_per_lane(bits: int) -> int:
+    """int32 words a lane reads per unit and column tile: 64 codes."""
+    return 2 * bits
+
+
+def word_vectors(bits: int) -> list[tuple[int, int]]:
+    """(first word, words) of each vector load of a lane's words: up to 4 words (128 bits), and
+    3 bits' two planes apart (4 + 2)."""
+    if bits == 3:
+        return [(0, 4), (4, 2)]
+    return [(first, 4) for first in range(0, words_per_lane(bits), 4)]
+
+
+def word_position(lane, word: int, bits: int):
+    """Where word ``word`` of lane ``lane`` sits among a tile's ``64 b`` words of one unit:
+    vector by vector (:func:`word_vectors`), the warp's lanes contiguous in each (one warp load
+    is 32 vectors in a row). ``lane``: int when packing, a TIR expression in the kernel."""
+    for first, count in word_vectors(bits):
+        if first <= word < first + count:
+            return 32 * first + lane * count + word - first
+    raise ValueError(f"word {word} of a {bits}-bit lane (it has {words_per_lane(bits)})")
+
+
+def code_position(bits: int, dtype: str, block: int, lane: int):
+    """Yield (word, bit, width, code_bit, row, column) for every field of lane ``lane``'s words:
+    bits ``code_bit ..`` of the code at the unit's row ``row`` of K and the tile's column
+    ``column`` sit at bit ``bit ..`` of word ``word``."""
+    group, thread = lane // 4, lane % 4
+    for step, registers in enumerate(register_plan(bits, dtype)):
+        for register, plan in enumerate(registers):
+            column = group + 8 * (register % 2)
+            for field in plan.fields:
+                for half in range(2):
+                    row = x_row(thread, step, register // 2, half, block)
+                    yield (field.word, field.bit + 16 * half, field.width, field.code_bit,
+                           row, column)
+
+
+def scale_position(column):
+    """Where the layout stores the scale and zero of ``column`` (0 .. 31) among its warp's
+    columns: lane group g needs columns g and g + 8 of each tile of 16, so those 4 values are
+    stored together (one 64-bit load of scales, 32-bit of zeros). Ints when packing, TIR
+    expressions in the kernel."""
+    return column % 8 * (2 * COLUMN_TILES) + column // 8
 
 
 def uniform_compute_cuda_mma_f16(spec: UniformSpec):
@@ -204,22 +328,22 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
     M, K, N, G = spec.m, spec.k, spec.n, spec.groups
     bits, dtype = spec.bits, spec.dtype
     gsize = spec.effective_group_size
-    tiles, columns = TILES_PER_WARP, WARP_COLUMNS
-    W, KS = N // columns, k_split(spec)
+    CT, MT = COLUMN_TILES, row_tiles(spec)
+    W, KS = N // WARP_COLUMNS, k_split(spec)
     US = units(spec) // KS                  # units per K slice
     groups_per_unit = max(1, UNIT_ROWS // gsize)
     steps_per_group = _STEPS // groups_per_unit
     block = block_rows(spec)
-    magic_bits, magic = MAGIC[dtype]
-    # (first word, field width, first code bit) of each plane, and the lane's vector loads:
-    # every width has at most two (8 bits: 4 + 4 words; 3 bits: 2 + 1)
-    plane_words = [(first, width, first) for first, width in _plane_starts(bits)]
-    loads = [(word, min(word_plane(word, bits)[0], 4)) for word in range(bits)
-             if word_plane(word, bits)[1] % min(word_plane(word, bits)[0], 4) == 0]
-    first_load = loads[0][1]
-    has_second = len(loads) > 1
-    second_word, second_load = loads[1] if has_second else (0, 1)
+    magic_bits = MAGIC[dtype][0]
     magic_pair = magic_bits * 0x10001
+    negative_pair = (magic_bits | 0x8000) * 0x10001
+    plan = register_plan(bits, dtype)
+    patterns = offset_patterns(bits, dtype)
+    P = len(patterns)
+    pattern_of = [patterns.index((r[0].offset, r[2].offset)) for r in plan]
+    unscaled = all(r.offset == 0 for registers in plan for r in registers)
+    NW = words_per_lane(bits)
+    vectors = word_vectors(bits)
     mma_type = MMA_TYPE[dtype]
     attrs = {**spec.func_attrs(), COMPUTE_ATTR: COMPUTE_NAME}
 
@@ -227,146 +351,159 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
         """Scale row of group ``gi`` of unit ``unit``."""
         return (unit * UNIT_ROWS + gi * min(gsize, UNIT_ROWS)) // gsize
 
-    def lane_scales(vw, vl):
-        """The first of lane vl's 2 * tiles scales (and zeros) in warp vw's columns."""
-        return vw * columns + scale_position(2 * (vl % 4))
+    def shifted(word, shift: int):
+        if shift > 0:
+            return T.shift_right(word, T.uint32(shift))
+        if shift < 0:
+            return T.shift_left(word, T.uint32(-shift))
+        return word
 
-    def decode(raw, t, step, h):
-        """Fragment register b_h of tile t at ``step``: two codes 16 bits apart OR-ed into the
-        magic half pair, each plane's fields in one shift and one LOP3 (3 bits: two planes)."""
-        value = T.uint32(magic_pair)
-        for first_word, width, first_bit in plane_words:
-            per_word = 8 // width               # steps a word of this plane holds
-            word = T.Cast("uint32", raw[t, first_word + step // per_word])
-            field = T.bitwise_and(
-                T.shift_right(word, T.Cast("uint32", width * ((step % per_word) * 2 + h))),
-                T.uint32(((1 << width) - 1) * 0x10001))
-            if first_bit:
-                field = T.shift_left(field, T.uint32(first_bit))
-            value = T.bitwise_or(value, field)
-        return value
+    # The per-unit work is written by Python functions that emit TIR through the IR builder
+    # (T.buffer_store, T.evaluate): every step, register and field is a Python int, so the
+    # plan's shifts, masks and offsets are constants in the code.
 
-    def span(start, lanes):
-        """``lanes`` consecutive elements from ``start``: a vector, or one element."""
-        return T.ramp(start, 1, lanes) if lanes > 1 else start
+    def load_words(qweight, words, unit, vw, vl):
+        for ct in range(CT):
+            for first, count in vectors:
+                T.buffer_store(words, qweight[vw * CT + ct, unit, T.ramp(
+                    word_position(vl, first, bits), 1, count)], [ct, T.ramp(first, 1, count)])
 
-    @T.macro
-    def load_words(qweight, ahead, unit, vw, vl):
-        # each plane's words in vectors of up to 4 (loads: first word, words)
-        for t in T.unroll(tiles):
-            ahead[t, span(0, first_load)] = qweight[
-                vw * tiles + t, unit, span(word_position(vl, 0, bits), first_load)]
-            if has_second:
-                ahead[t, span(second_word, second_load)] = qweight[
-                    vw * tiles + t, unit, span(word_position(vl, second_word, bits), second_load)]
-
-    @T.macro
     def load_x(x, xv, unit, vl):
-        # rows l/4 and l/4 + 8 (r), steps 2 pair and 2 pair + 1: 8 contiguous halves each
-        # (x_row), one 128-bit load; rows past M are zeros and never loaded. The whole unit's
-        # x at its start: loaded pair by pair, each load's latency stalled the mma after it
-        for pair in T.unroll(_STEPS // 2):
-            for r in T.unroll(2):
-                for e in T.vectorized(8):
-                    xv[pair, r, e] = T.if_then_else(
-                        vl // 4 + 8 * r < M,
-                        x[T.min(vl // 4 + 8 * r, M - 1),
-                          unit * UNIT_ROWS + x_row(vl % 4, 2 * pair, 0, 0, block) + e],
-                        T.Cast(dtype, 0))
+        # the lane's 32 halves of each 8-row tile, 4 x 8 contiguous (x_row); rows past M are
+        # zeros, never loaded. Then each B register is divided by 2^offset of its A registers.
+        # (Vector loops, not vector expressions: MetaSchedule's feature extraction takes no
+        # Broadcast node.)
+        run = block // 4
+        for mt in range(MT):
+            row = mt * TILE_ROWS + vl // 4
+            for v in range(4):
+                start = unit * UNIT_ROWS + 8 * v // run * block + run * (vl % 4) + 8 * v % run
+                # (where no register is scaled, the first 8 halves load in pairs: with only
+                # 8-wide accesses, TVM retypes xv as uint4 and misplaces the mma's operand
+                # offsets, which count halves)
+                for pair, width in ([(p, 2) for p in range(4)] if unscaled and v == 0
+                                    else [(0, 8)]):
+                    with T.vectorized(width) as e:
+                        at = width * pair + e
+                        T.buffer_store(xv, T.if_then_else(
+                            row < M, x[T.min(row, M - 1), start + at], T.Cast(dtype, 0)),
+                            [mt, 8 * v + at])
+            for step in range(_STEPS):
+                for h in range(2):
+                    offset = plan[step][2 * h].offset
+                    if offset:
+                        with T.vectorized(2) as e:
+                            at = 4 * step + 2 * h + e
+                            T.buffer_store(xv, xv[mt, at] * T.Cast(
+                                dtype, T.float32(1.0 / (1 << offset))), [mt, at])
 
-    @T.macro
-    def fragment_x(xv, a, step):
-        # registers a0..a3: rows l/4 (+8 for odd i), register h = i // 2, two halves each
-        for i in T.unroll(4):
-            for e in T.vectorized(2):
-                a[2 * i + e] = xv[step // 2, i % 2, x_row(0, step % 2, i // 2, e, block)]
+    def group_offsets(zeros, zr, off, group, vw, vl):
+        # A registers of -(B0 + 2^o z) per tile and offset pattern, z of columns g and g + 8
+        T.buffer_store(zr, zeros[group, T.ramp(vw * WARP_COLUMNS + scale_position(vl // 4), 1,
+                                               2 * CT)], [T.ramp(0, 1, 2 * CT)])
+        for ct in range(CT):
+            for row in range(2):
+                z = T.Cast("uint32", zr[2 * ct + row]) * T.uint32(0x10001)
+                for p, pair in enumerate(patterns):
+                    for h in range(2):
+                        T.buffer_store(off, T.bitwise_or(
+                            shifted(z, -pair[h]), T.uint32(negative_pair)),
+                            [ct, p, 2 * h + row])
 
-    @T.macro
-    def unit_gemm(x, scales, zeros, unit, vw, vl, xv, a, b, ones, c, cx, acc, raw, sc, zr):
+    def decode_register(a, words, ct, step: int, register: int):
+        # the register's fields OR-ed into the magic pair, one lop3 each
+        plan_register = plan[step][register]
+        previous = T.uint32(magic_pair)
+        for field in plan_register.fields:
+            mask = ((1 << field.width) - 1) << (plan_register.offset + field.code_bit)
+            T.evaluate(T.ptx.lop3.b32(
+                a[ct, register],
+                shifted(T.Cast("uint32", words[ct, field.word]), plan_register.shift(field)),
+                T.uint32(mask * 0x10001), previous, AND_OR))
+            previous = a[ct, register]
+
+    def mma(a_buffer, a_offset, xv, x_offset, c, c_offset):
+        T.evaluate(T.ptx_legacy.mma(
+            "m16n8k16", "row", "col", mma_type, mma_type, "fp32", a_buffer.data, a_offset,
+            xv.data, x_offset, c.data, c_offset, False, dtype="float32"))
+
+    def unit_gemm(x, scales, zeros, words, unit, vw, vl, xv, a, off, c, acc, sc, zr):
         load_x(x, xv, unit, vl)
-        for gi in T.unroll(groups_per_unit):
-            sc[T.ramp(0, 1, 2 * tiles)] = scales[group_of(unit, gi),
-                                                 T.ramp(lane_scales(vw, vl), 1, 2 * tiles)]
-            zr[T.ramp(0, 1, 2 * tiles)] = zeros[group_of(unit, gi),
-                                                T.ramp(lane_scales(vw, vl), 1, 2 * tiles)]
-            for t in T.unroll(tiles):
-                for i in T.unroll(4):
-                    c[t, i] = T.float32(0)
-            for i in T.unroll(4):
-                cx[i] = T.float32(0)
-            for sg in T.unroll(steps_per_group):
-                fragment_x(xv, a, gi * steps_per_group + sg)
-                T.evaluate(T.ptx_legacy.mma(
-                    "m16n8k16", "row", "col", mma_type, mma_type, "fp32",
-                    a.data, 0, ones.data, 0, cx.data, 0, False, dtype="float32"))
-                for t in T.unroll(tiles):
-                    for h in T.unroll(2):  # b0, b1 of the step
-                        b[t, h] = decode(raw, t, gi * steps_per_group + sg, h)
-                    T.evaluate(T.ptx_legacy.mma(
-                        "m16n8k16", "row", "col", mma_type, mma_type, "fp32",
-                        a.data, 0, b.data, t * 2, c.data, t * 4, False, dtype="float32"))
-            for t in T.unroll(tiles):
-                for i in T.unroll(4):  # rows l/4 (+8 for i >= 2), columns 2t (+1)
-                    acc[t, i] = acc[t, i] + T.Cast("float32", sc[t * 2 + i % 2]) * (
-                        c[t, i] - (T.float32(magic) + T.Cast("float32", zr[t * 2 + i % 2]))
-                        * T.float32(1.0 / magic) * cx[i])
+        for gi in range(groups_per_unit):
+            group = group_of(unit, gi)
+            T.buffer_store(sc, scales[group, T.ramp(
+                vw * WARP_COLUMNS + scale_position(vl // 4), 1, 2 * CT)],
+                [T.ramp(0, 1, 2 * CT)])
+            group_offsets(zeros, zr, off, group, vw, vl)
+            for step in range(gi * steps_per_group, (gi + 1) * steps_per_group):
+                for ct in range(CT):
+                    for register in range(4):
+                        decode_register(a, words, ct, step, register)
+                    for mt in range(MT):
+                        mma(a, ct * 4, xv, mt * 32 + 4 * step, c, (ct * MT + mt) * 4)
+                        mma(off, (ct * P + pattern_of[step]) * 4, xv, mt * 32 + 4 * step,
+                            c, (ct * MT + mt) * 4)
+            for ct in range(CT):
+                for mt in range(MT):
+                    for i in range(4):  # column g (+8 for i >= 2), x rows 2t (+1)
+                        T.buffer_store(acc, acc[ct, mt, i] + T.Cast(
+                            "float32", sc[2 * ct + i // 2]) * c[ct, mt, i], [ct, mt, i])
+                        T.buffer_store(c, T.float32(0), [ct, mt, i])
 
     @T.prim_func(s_tir=True)
     def uniform_gemm_cuda_mma_f16(
         x: T.Buffer((M, K), dtype),
-        qweight: T.Buffer((N // TILE_N, K // UNIT_ROWS, 32 * bits), "int32"),
+        qweight: T.Buffer((N // TILE_COLUMNS, K // UNIT_ROWS, 32 * NW), "int32"),
         scales: T.Buffer((G, N), "float16"),
         zeros: T.Buffer((G, N), "uint8"),
         y: T.Buffer((M, N), dtype),
     ):
         T.func_attr(attrs)
-        partial = T.sblock_alloc_buffer((W, KS, TILE_M, columns), "float32")
+        partial = T.sblock_alloc_buffer((W, KS, MT * TILE_ROWS, WARP_COLUMNS), "float32")
         total = T.sblock_alloc_buffer((M, N), "float32")
         for warp, part, lane in T.grid(W, KS, 32):
             with T.sblock("warp_gemm"):
                 vw, vs, vl = T.axis.remap("SSS", [warp, part, lane])
                 T.reads(x[0:M, vs * US * UNIT_ROWS:(vs + 1) * US * UNIT_ROWS],
-                        qweight[vw * tiles:vw * tiles + tiles, vs * US:vs * US + US,
-                                0:32 * bits],
-                        scales[0:G, vw * columns:vw * columns + columns],
-                        zeros[0:G, vw * columns:vw * columns + columns])
-                T.writes(partial[vw, vs, 0:TILE_M, 0:columns])
-                xv = T.sblock_alloc_buffer((_STEPS // 2, 2, 8), dtype, scope="local")
-                a = T.sblock_alloc_buffer((8,), dtype, scope="local")
-                b = T.sblock_alloc_buffer((tiles, 2), "uint32", scope="local")
-                ones = T.sblock_alloc_buffer((2,), "uint32", scope="local")
-                c = T.sblock_alloc_buffer((tiles, 4), "float32", scope="local")
-                cx = T.sblock_alloc_buffer((4,), "float32", scope="local")
-                acc = T.sblock_alloc_buffer((tiles, 4), "float32", scope="local")
-                raw = T.sblock_alloc_buffer((tiles, bits), "int32", scope="local")
-                ahead = T.sblock_alloc_buffer((tiles, bits), "int32", scope="local")
-                sc = T.sblock_alloc_buffer((2 * tiles,), "float16", scope="local")
-                zr = T.sblock_alloc_buffer((2 * tiles,), "uint8", scope="local")
-                for h in T.unroll(2):
-                    ones[h] = T.uint32(magic_pair)
-                for t, i in T.grid(tiles, 4):
-                    acc[t, i] = T.float32(0)
-                load_words(qweight, ahead, vs * US, vw, vl)
-                for u in T.serial(US):
-                    # this unit's words from the buffer, the next unit's requested before the
-                    # mma read this one: a whole unit's loads in flight while it multiplies (two
-                    # units took 150 registers a thread, and large grids two waves)
-                    for t in T.unroll(tiles):
-                        for w in T.unroll(bits):
-                            raw[t, w] = ahead[t, w]
-                    if u + 1 < US:
-                        load_words(qweight, ahead, vs * US + u + 1, vw, vl)
-                    unit_gemm(x, scales, zeros, vs * US + u, vw, vl, xv, a, b, ones, c, cx, acc,
-                              raw, sc, zr)
-                for t, i in T.grid(tiles, 4):
-                    partial[vw, vs, vl // 4 + 8 * (i // 2),
-                            t * TILE_N + (vl % 4) * 2 + i % 2] = acc[t, i]
-        for warp, m, j, part in T.grid(W, M, columns, KS):
+                        qweight[vw * CT:vw * CT + CT, vs * US:vs * US + US, 0:32 * NW],
+                        scales[0:G, vw * WARP_COLUMNS:vw * WARP_COLUMNS + WARP_COLUMNS],
+                        zeros[0:G, vw * WARP_COLUMNS:vw * WARP_COLUMNS + WARP_COLUMNS])
+                T.writes(partial[vw, vs, 0:MT * TILE_ROWS, 0:WARP_COLUMNS])
+                xv = T.sblock_alloc_buffer((MT, 32), dtype, scope="local")
+                a = T.sblock_alloc_buffer((CT, 4), "uint32", scope="local")
+                off = T.sblock_alloc_buffer((CT, P, 4), "uint32", scope="local")
+                c = T.sblock_alloc_buffer((CT, MT, 4), "float32", scope="local")
+                acc = T.sblock_alloc_buffer((CT, MT, 4), "float32", scope="local")
+                even = T.sblock_alloc_buffer((CT, NW), "int32", scope="local")
+                odd = T.sblock_alloc_buffer((CT, NW), "int32", scope="local")
+                sc = T.sblock_alloc_buffer((2 * CT,), "float16", scope="local")
+                zr = T.sblock_alloc_buffer((2 * CT,), "uint8", scope="local")
+                for ct, mt, i in T.grid(CT, MT, 4):
+                    acc[ct, mt, i] = T.float32(0)
+                    c[ct, mt, i] = T.float32(0)
+                first = vs * US
+                load_words(qweight, even, first, vw, vl)
+                # two buffers alternate: a unit's words arrive while the previous one's multiply
+                for u2 in T.serial(US // 2):
+                    load_words(qweight, odd, first + 2 * u2 + 1, vw, vl)
+                    unit_gemm(x, scales, zeros, even, first + 2 * u2, vw, vl, xv, a, off, c,
+                               acc, sc, zr)
+                    if 2 * u2 + 2 < US:
+                        load_words(qweight, even, first + 2 * u2 + 2, vw, vl)
+                    unit_gemm(x, scales, zeros, odd, first + 2 * u2 + 1, vw, vl, xv, a, off,
+                               c, acc, sc, zr)
+                if US % 2 == 1:
+                    unit_gemm(x, scales, zeros, even, first + US - 1, vw, vl, xv, a, off, c,
+                               acc, sc, zr)
+                for ct, mt, i in T.grid(CT, MT, 4):
+                    partial[vw, vs, mt * TILE_ROWS + 2 * (vl % 4) + i % 2,
+                            ct * TILE_COLUMNS + vl // 4 + 8 * (i // 2)] = acc[ct, mt, i]
+        for warp, m, j, part in T.grid(W, M, WARP_COLUMNS, KS):
             with T.sblock("k_sum"):
                 vw, vm, vj, vs = T.axis.remap("SSSR", [warp, m, j, part])
                 with T.init():
-                    total[vm, vw * columns + vj] = T.float32(0)
-                total[vm, vw * columns + vj] = total[vm, vw * columns + vj] + partial[
+                    total[vm, vw * WARP_COLUMNS + vj] = T.float32(0)
+                total[vm, vw * WARP_COLUMNS + vj] = total[vm, vw * WARP_COLUMNS + vj] + partial[
                     vw, vs, vm, vj]
         for m, n in T.grid(M, N):
             with T.sblock("y_out"):
