@@ -175,6 +175,29 @@ def cpu_llama_cpp(weight, x, rng, ggml_type: str = "q4_K") -> Peer:
 
 # ---------------------------------------------------------------------------------------- GPU
 
+#: The GPU int4 peers' weights of the shape being benchmarked, by peer: their quantized layer,
+#: its packed form and its float64 weight on the GPU. Only K x N decides them (the layer is
+#: random, from a fresh generator of the same seed), and making them -- a float64
+#: dequantization on the CPU, humming's transform and JIT -- was most of a row's time, so every
+#: M of a shape reuses them.
+_SHAPE_STATE: dict[str, tuple] = {}
+
+
+def _per_shape(peer: str, k: int, n: int, make: Callable[[], object]):
+    """``make()`` for ``peer`` at K x N, kept until the peer meets another shape."""
+    held = _SHAPE_STATE.get(peer)
+    if held is None or held[0] != (k, n):
+        _SHAPE_STATE.pop(peer, None)  # free the last shape's tensors first
+        _SHAPE_STATE[peer] = ((k, n), make())
+    return _SHAPE_STATE[peer][1]
+
+
+def _gpu_float64(x, w64) -> np.ndarray:
+    """float64 numpy of ``x`` [M, K] (a torch tensor, any float dtype) times the float64 CUDA
+    tensor ``w64`` [K, N], multiplied on the GPU."""
+    return (x.double() @ w64).cpu().numpy()
+
+
 def cuda_fp16_linear(weight, x, rng) -> Peer:
     import torch
 
@@ -185,8 +208,7 @@ def cuda_fp16_linear(weight, x, rng) -> Peer:
     copies = rotating((w16,), w16.nbytes)
     return Peer("fp16_linear", lambda: torch.nn.functional.linear(x16, w16),
                 lambda: torch.nn.functional.linear(x16, w16),
-                x16.double().cpu().numpy() @ w16.double().cpu().numpy().T, "float16",
-                w16.nbytes + x16.nbytes,
+                _gpu_float64(x16, w16.double().T), "float16", w16.nbytes + x16.nbytes,
                 [lambda w=w[0]: torch.nn.functional.linear(x16, w) for w in copies])
 
 
@@ -198,23 +220,29 @@ def cuda_torch_int4(weight, x, rng, inner_k_tiles: int = 8) -> Peer:
     k, n = weight.shape
     if k % (16 * inner_k_tiles):
         raise Unavailable(f"K={k} is not a multiple of {16 * inner_k_tiles} (torch int4 layout)")
-    tensors, w4 = _int4_layer(weight.cpu().numpy(), rng)
-    codes, scales, zeros = _int4_operands(tensors, k, n)
-    codes = torch.from_numpy(codes).cuda()
-    try:
-        w = torch._convert_weight_to_int4pack((codes[:, ::2] << 4 | codes[:, 1::2]).contiguous(),
-                                              inner_k_tiles)
-    except (RuntimeError, AttributeError) as error:
-        raise Unavailable(f"torch int4 GPU kernel: {str(error).splitlines()[0][:160]}") from None
-    pairs = torch.stack([torch.from_numpy(scales), torch.from_numpy(zeros)], dim=2).to(
-        torch.bfloat16).contiguous().cuda()
+
+    def make():
+        tensors, w4 = _int4_layer(weight.cpu().numpy(), rng)
+        codes, scales, zeros = _int4_operands(tensors, k, n)
+        codes = torch.from_numpy(codes).cuda()
+        try:
+            w = torch._convert_weight_to_int4pack(
+                (codes[:, ::2] << 4 | codes[:, 1::2]).contiguous(), inner_k_tiles)
+        except (RuntimeError, AttributeError) as error:
+            raise Unavailable(f"torch int4 GPU kernel: {str(error).splitlines()[0][:160]}"
+                              ) from None
+        pairs = torch.stack([torch.from_numpy(scales), torch.from_numpy(zeros)], dim=2).to(
+            torch.bfloat16).contiguous().cuda()
+        return w, pairs, torch.from_numpy(w4).cuda()
+
+    w, pairs, w64 = _per_shape("torch_int4", k, n, make)
     xb = x.bfloat16()
     copies = rotating((w,), w.nbytes + pairs.nbytes)
 
     def call(w=w):
         return torch._weight_int4pack_mm(xb, w, INT4_GROUP, pairs)
 
-    return Peer("torch_int4", call, call, xb.double().cpu().numpy() @ w4, "bfloat16",
+    return Peer("torch_int4", call, call, _gpu_float64(xb, w64), "bfloat16",
                 w.nbytes + pairs.nbytes + xb.nbytes,
                 [lambda w=c[0]: call(w) for c in copies])
 
@@ -232,26 +260,32 @@ def cuda_humming(weight, x, rng) -> Peer:
     except ImportError:
         raise Unavailable("humming-kernels is not installed (tools/README.md: peers)") from None
     k, n = weight.shape
-    tensors, w4 = _int4_layer(weight.cpu().numpy(), rng)
     x16 = x.half()
-    expected = x16.double().cpu().numpy() @ w4
-    for convention in ("v1", "v2"):
-        qzeros = tensors["qzeros"]
-        if convention == "v2":  # the zero-points themselves, not z - 1
-            qzeros = pack_gptq_zeros(gptq_zeros(qzeros, 4, n, "v1"), 4, "v2")
-        layer = HummingLayer(shape_n=n, shape_k=k, torch_dtype=torch.float16, weight_config={
-            "quant_method": "gptq", "bits": 4, "group_size": INT4_GROUP, "sym": False}).cuda()
-        layer.load_from_tensors({
-            "qweight": torch.from_numpy(tensors["qweight"]).cuda(),
-            "qzeros": torch.from_numpy(np.ascontiguousarray(qzeros)).cuda(),
-            "scales": torch.from_numpy(tensors["scales"]).cuda(),
-            "g_idx": torch.from_numpy(tensors["g_idx"].astype(np.int32)).cuda()})
-        layer.transform()
-        if rel_error(layer(x16), expected) < 5e-3:
-            break
+
+    def make():
+        tensors, w4 = _int4_layer(weight.cpu().numpy(), rng)
+        w64 = torch.from_numpy(w4).cuda()
+        for convention in ("v1", "v2"):
+            qzeros = tensors["qzeros"]
+            if convention == "v2":  # the zero-points themselves, not z - 1
+                qzeros = pack_gptq_zeros(gptq_zeros(qzeros, 4, n, "v1"), 4, "v2")
+            layer = HummingLayer(shape_n=n, shape_k=k, torch_dtype=torch.float16,
+                                 weight_config={"quant_method": "gptq", "bits": 4,
+                                                "group_size": INT4_GROUP, "sym": False}).cuda()
+            layer.load_from_tensors({
+                "qweight": torch.from_numpy(tensors["qweight"]).cuda(),
+                "qzeros": torch.from_numpy(np.ascontiguousarray(qzeros)).cuda(),
+                "scales": torch.from_numpy(tensors["scales"]).cuda(),
+                "g_idx": torch.from_numpy(tensors["g_idx"].astype(np.int32)).cuda()})
+            layer.transform()
+            if rel_error(layer(x16), _gpu_float64(x16, w64)) < 5e-3:
+                break
+        return layer, convention, w64
+
+    layer, convention, w64 = _per_shape("humming", k, n, make)
     nbytes = sum(t.nbytes for t in layer.state_dict().values()) + x16.nbytes
     return Peer(f"humming ({convention} zeros)", lambda: layer(x16), lambda: layer(x16),
-                expected, "float16", nbytes)
+                _gpu_float64(x16, w64), "float16", nbytes)
 
 
 CPU = {"fp32": cpu_fp32, "torch_int4": cpu_torch_int4, "llama.cpp": cpu_llama_cpp}

@@ -49,22 +49,25 @@ def check(name: str, got, expected, precision: str = "float32") -> float:
     return error
 
 
-def expected(spec, x: np.ndarray, tensors: dict) -> np.ndarray:
+def expected(spec, x: np.ndarray, tensors: dict, weights=None) -> np.ndarray:
     """float64 output of what ``spec``'s kernel computes on ``x`` [M, K] and the family's
     ``tensors``: x @ W, with x rounded to int8 per row and group for int8-activation kernels
-    (the outliers of mixed ones take the float x)."""
+    (the outliers of mixed ones take the float x). ``weights``: the tensors' cached
+    :class:`tools.harness.weights.Weights`, whose float64 weight is then not made again."""
     from qcompile.kernels import family_of
 
     family = family_of(spec)
     x = np.asarray(x, dtype=np.float64)
-    if not getattr(spec, "int8_activations", False):
-        return family.reference(spec, x, **tensors)
-    if hasattr(family, "kernel_reference"):
+    int8 = getattr(spec, "int8_activations", False)
+    if int8 and hasattr(family, "kernel_reference"):
         return family.kernel_reference(spec, x, **tensors)
-    from tools.harness.product import quantized_activations
+    if int8:
+        from tools.harness.product import quantized_activations
 
-    weight = family.reference_weight(spec, **tensors).astype(np.float64)
-    return quantized_activations(x, spec.group_size) @ weight
+        x = quantized_activations(x, spec.group_size)
+    if weights is not None:
+        return weights.product(x)
+    return x @ family.reference_weight(spec, **tensors).astype(np.float64)
 
 
 def dense_weight(spec, tensors: dict) -> np.ndarray:

@@ -30,6 +30,7 @@ from tools.harness import bandwidth as bw
 from tools.harness import cli, cuda_timing, llama_cpp, peers, reference, results
 from tools.harness.cpu_timing import interleaved, median, paired_ratio
 from tools.harness.loading import load
+from tools.harness.weights import WeightCache
 
 FAMILIES = ("uniform", "bcq", "mixed")
 #: float32 x, int8 x (the integer dot-product kernels), and x as models hand it to the GPU.
@@ -157,8 +158,9 @@ def _activations(spec) -> str:
     return "int8" if getattr(spec, "int8_activations", False) else spec.dtype
 
 
-def _ours(spec, args, x_np, rng, device: str):
-    """(timed call or GPU calls, bytes read, row) of our kernel for ``spec``, checked."""
+def _ours(spec, args, x_np, weights, device: str):
+    """(timed call or GPU calls, bytes read, row) of our kernel for ``spec``, checked;
+    ``weights``: the benchmark's :class:`~tools.harness.weights.WeightCache`."""
     import torch
 
     from qcompile.kernels import family_of
@@ -167,8 +169,9 @@ def _ours(spec, args, x_np, rng, device: str):
     family = family_of(spec)
     kernel, origin = load(spec, args.target, db=args.db, so_dir=args.so_dir,
                           tune_trials=args.tune_trials)
-    tensors = family.example_tensors(spec, rng)
-    prepared = kernel.prepare(**tensors)
+    shared = weights.get(spec)
+    tensors = shared.tensors
+    prepared = shared.prepared(kernel)
     x = torch.from_numpy(x_np).to(getattr(torch, spec.dtype))
     x = x.cuda() if device == "cuda" else kernel_ready(x)
     y = torch.full((spec.m, spec.n), float("nan"), device=x.device, dtype=x.dtype)
@@ -178,18 +181,17 @@ def _ours(spec, args, x_np, rng, device: str):
     row = {"kernel": spec.name(), "family": spec.family, "k": spec.k, "n": spec.n, "m": spec.m,
            "activations": _activations(spec), "origin": origin, "layout": kernel.layout,
            "bytes_read": family.bytes_read(spec)}
-    expected = reference.expected(spec, x_np, tensors)
+    expected = reference.expected(spec, x_np, tensors, shared)
     row["max_rel_error"] = reference.check(spec.name(), y, expected, spec.dtype)
     if row["activations"] == "int8":  # the price of rounding x
-        row["max_rel_error_vs_float_x"] = reference.rel_error(
-            y, family.reference(spec, x_np.astype(np.float64), **tensors))
+        row["max_rel_error_vs_float_x"] = reference.rel_error(y, shared.product(x_np))
     if device == "cuda":
         copies = cuda_timing.rotating(tuple(prepared.tensors), prepared.nbytes())
         calls = [lambda w=w: kernel.function(x, *w, y) for w in copies]
     else:
         args_ = (x, *prepared.tensors, y)
         calls = [lambda: kernel.function(*args_)]
-    return calls, row, reference.dense_weight(spec, tensors)
+    return calls, row, shared.float32()
 
 
 def _peers(args, weight_kn: np.ndarray, x_np: np.ndarray, device: str):
@@ -224,12 +226,13 @@ def run_cpu(args, specs) -> dict:
               if args.bandwidth_mib else {})
     rows, unavailable, details = [], {}, {}
     rng = np.random.default_rng(0)
+    weights = WeightCache("cpu")
     for (k, _, m), group in itertools.groupby(_by_workload(specs), key=_workload):
         group = list(group)
         x_np = rng.standard_normal((m, k)).astype(np.float32)
         ours = {}
         for spec in group:
-            calls, row, weight = _ours(spec, args, x_np, rng, "cpu")
+            calls, row, weight = _ours(spec, args, x_np, weights, "cpu")
             ours[spec.name()] = (calls[0], row)
         checked, why_not = _peers(args, weight, x_np, "cpu")
         unavailable.update(why_not)
@@ -272,6 +275,7 @@ def run_cuda(args, specs) -> dict:
     print(f"{torch.cuda.get_device_name(0)}: copy bandwidth {copy['tbps']:.2f} TB/s", flush=True)
     rows, unavailable = [], {}
     rng = np.random.default_rng(0)
+    weights = WeightCache("cuda")
     for (k, _, m), group in itertools.groupby(_by_workload(specs), key=_workload):
         group = list(group)
         # x on a grid of 1/32: fp16 and bf16 hold it exactly, so every implementation (ours
@@ -279,7 +283,7 @@ def run_cuda(args, specs) -> dict:
         x_np = (np.round(rng.standard_normal((m, k)) * 32) / 32).astype(np.float32)
         timers, base = [], {}
         for spec in group:
-            calls, row, weight = _ours(spec, args, x_np, rng, "cuda")
+            calls, row, weight = _ours(spec, args, x_np, weights, "cuda")
             timers.append(cuda_timing.GraphTimer(spec.name(), calls, row["bytes_read"]))
             base[spec.name()] = row
         checked, why_not = _peers(args, weight, x_np, "cuda")
