@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: 
 
 import targets  # noqa: E402
 from qcompile.tp import ALGORITHMS, MlpLayers, TensorParallelMLP, shard_mlp  # noqa: E402
-from qcompile.tp.local_linear import KernelLinear, TorchDequantLinear  # noqa: E402
+from qcompile.tp.local_linear import KernelLinear, TorchDequantLinear, shard_spec  # noqa: E402
 from qcompile.tp.synthetic import random_act_order_layer  # noqa: E402
 from tools.harness.loading import load  # noqa: E402
 
@@ -178,11 +178,7 @@ def main(argv=None) -> int:
     results = []
     for model in args.models.split(","):
         k1, n1, n2 = MODELS[model]
-        rng = np.random.default_rng(0)  # the same layers on every rank
-        layers = MlpLayers(
-            up=random_act_order_layer(k1, n1, args.bits, args.group_size, rng),
-            down=random_act_order_layer(n1, n2, args.bits, args.group_size, rng),
-        )
+        layers = model_layers(model, args.bits, args.group_size)  # the same on every rank
         shards = {algorithm: shard_mlp(layers, rank, size, algorithm) for algorithm in ALGORITHMS}
         shared.clear()  # keyed by the shards' ids: none of another model's may stay
         del layers
@@ -196,10 +192,16 @@ def main(argv=None) -> int:
                     local_gemm = f"torch-dequant {str(dtype).removeprefix('torch.')}"
                 else:
                     origins.clear()
+                    specs = [shard_spec(shard, rows, kernel_dtype, shared)
+                             for s in shards.values() for shard in (s.up, s.gate, s.down)
+                             if shard is not None]
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")  # the row says "untuned" instead
-                        mlps = in_turns(partial(build_mlps, shards, kernel_linear(rows)),
-                                        rank, size)
+                        # kernels built (where missing) one rank at a time, then every rank
+                        # packs its weights at once from the kernels it holds
+                        in_turns(lambda specs=specs: [kernel_of(spec) for spec in specs],
+                                 rank, size)
+                        mlps = build_mlps(shards, kernel_linear(rows))
                     dtype = getattr(torch, kernel_dtype)
                     local_gemm = f"qcompile {target} {kernel_dtype}"
                     kernels = sorted(set(origins))
@@ -210,6 +212,8 @@ def main(argv=None) -> int:
                 results.append(row)
                 if rank == 0:
                     print(describe(row), flush=True)
+                    if args.json:  # after every row: a run cut short keeps what it measured
+                        write_json(args.json, results)
             if backend == "torch-dequant":
                 del fallback
     if rank == 0:
@@ -220,11 +224,16 @@ def main(argv=None) -> int:
                     f"{name} {statistics.mean(r[f'{name}_speedup'] for r in mine):.2f}x"
                     for name in ALGORITHMS[1:])
                 print(f"{model:10s} TP={size} {backend:13s} mean speedup over naive: {means}")
-        if args.json:
-            with open(args.json, "w") as handle:
-                json.dump(results, handle, indent=2)
     dist.destroy_process_group()
     return 0
+
+
+def write_json(path: str, results: list[dict]) -> None:
+    """The rows so far, replacing the file whole (written beside it, then renamed)."""
+    partial_path = f"{path}.part"
+    with open(partial_path, "w") as handle:
+        json.dump(results, handle, indent=2)
+    os.replace(partial_path, path)
 
 
 def run_row(mlps: dict, rows: int, k1: int, dtype, device, args, synchronize) -> dict:
@@ -254,26 +263,27 @@ def run_row(mlps: dict, rows: int, k1: int, dtype, device, args, synchronize) ->
             "max_rel_difference": difference, "timing": method}
 
 
-def kernel_specs(args, sizes: list[int], dtype: str) -> list:
-    """Every kernel spec the qcompile backend runs for ``--models``, ``--rows`` and the TP
-    ``sizes``: each rank's up and down shards, for every algorithm."""
-    from qcompile.tp.local_linear import shard_spec
+def model_layers(model: str, bits: int, group_size: int) -> MlpLayers:
+    """The synthetic act_order MLP of ``model``, seeded: the same layers on every rank and in
+    every process (so --build-only finds the same g_idx, and the same padded shards)."""
+    k1, n1, n2 = MODELS[model]
+    rng = np.random.default_rng(0)
+    return MlpLayers(up=random_act_order_layer(k1, n1, bits, group_size, rng),
+                     down=random_act_order_layer(n1, n2, bits, group_size, rng))
 
+
+def rank_specs(model: str, size: int, rank: int, bits: int, group_size: int,
+               rows_list: list[int], dtype: str) -> set:
+    """The kernel specs one rank of a TP ``size`` job runs for ``model``: its up and down
+    shards for every algorithm, at every M of ``rows_list``."""
+    layers = model_layers(model, bits, group_size)
     specs = set()
-    for model in args.models.split(","):
-        k1, n1, n2 = MODELS[model]
-        rng = np.random.default_rng(0)  # the layers of main(): the same g_idx, the same pads
-        layers = MlpLayers(
-            up=random_act_order_layer(k1, n1, args.bits, args.group_size, rng),
-            down=random_act_order_layer(n1, n2, args.bits, args.group_size, rng),
-        )
-        for size in sizes:
-            for rank in range(size):
-                for algorithm in ALGORITHMS:
-                    shards = shard_mlp(layers, rank, size, algorithm)
-                    specs |= {shard_spec(s, rows, dtype) for s in (shards.up, shards.down)
-                              for rows in (int(r) for r in args.rows.split(","))}
-    return sorted(specs, key=lambda spec: spec.name())
+    for algorithm in ALGORITHMS:
+        shards = shard_mlp(layers, rank, size, algorithm)
+        shared = {}  # each shard's padded layer, made once for every M
+        specs |= {shard_spec(s, rows, dtype, shared) for s in (shards.up, shards.down)
+                  for rows in rows_list}
+    return specs
 
 
 def _build_one(target: str, db: str | None, spec) -> str:
@@ -282,15 +292,24 @@ def _build_one(target: str, db: str | None, spec) -> str:
 
 
 def build_only(args, target: str, dtype: str) -> int:
-    """Build (or find built) every kernel of :func:`kernel_specs` in ``--jobs`` processes."""
+    """Build (or find built) every kernel that --models, --rows and the TP sizes of --tp run,
+    in ``--jobs`` processes: first each (model, TP size, rank)'s specs (sharding the layers,
+    the slow part), then the kernels."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    specs = kernel_specs(args, [int(v) for v in args.tp.split(",")], dtype)
-    print(f"building {len(specs)} kernels for TP {args.tp} in {args.jobs} processes", flush=True)
+    rows_list = [int(r) for r in args.rows.split(",")]
+    tasks = [(model, size, rank) for model in args.models.split(",")
+             for size in (int(v) for v in args.tp.split(",")) for rank in range(size)]
     started = time.perf_counter()
     # spawned, not forked: the parent has initialized CUDA, and each child loads what it builds
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(rank_specs, model, size, rank, args.bits, args.group_size,
+                               rows_list, dtype) for model, size, rank in tasks]
+        specs = sorted(set().union(*(future.result() for future in futures)),
+                       key=lambda spec: spec.name())
+        print(f"building {len(specs)} kernels for TP {args.tp} in {args.jobs} processes "
+              f"(specs in {time.perf_counter() - started:.0f} s)", flush=True)
         for line in pool.map(partial(_build_one, target, args.db), specs):
             print(f"  {line}", flush=True)
     print(f"built in {time.perf_counter() - started:.0f} s")

@@ -25,13 +25,33 @@ import qcompile
 from qcompile.errors import ArgumentError
 from qcompile.formats.gptq import GptqTensors
 from qcompile.kernels.uniform import UniformSpec
-from qcompile.kernels.uniform.compute_cuda_mma_f16 import GROUP_SIZES, UNIT_ROWS
+from qcompile.kernels.uniform.compute_cuda_mma_f16 import GROUP_SIZES, UNIT_ROWS, k_split
 from qcompile.runtime import Kernel
 from qcompile.tp.sorted_rows import SortedRowShard
 
-#: What the padded layout of a rank-sorted shard must be for the tensor-core kernels (fp16/bf16
-#: activations, compute_cuda_mma_f16): K a multiple of their unit of rows, groups they take.
-_HALF_LAYOUT = {"row_multiple": UNIT_ROWS, "group_sizes": tuple(g for g in GROUP_SIZES if g > 0)}
+#: The activation dtypes of the tensor-core kernels (compute_cuda_mma_f16).
+_HALF_DTYPES = ("float16", "bfloat16")
+
+
+def half_layout(shard: SortedRowShard, dtype: str = "float16") -> dict:
+    """:meth:`SortedRowShard.sequential`'s arguments for the tensor-core kernels (fp16/bf16
+    activations, compute_cuda_mma_f16): the group sizes they take, and K_pad a multiple of
+    their unit of rows (128) times the K split they give an unsorted shard of the same K_local
+    and N at M = 1.
+
+    Why the split: the kernel splits K over warps only by divisors of K's units (``k_split``:
+    1, 2, 4, 8 or 16 warps per 32 columns), so a padded K of few divisors starves the grid. At
+    TP = 2 the Llama-70B down shards padded to a multiple of 128 had 140 units (rank 0: 4 warps
+    per 32 columns) and 137 units (rank 1, a prime: 1 warp per 32 columns, 256 warps on 132
+    SMs), where the unsorted shards' 112 units take 16; every rank waits for rank 1 in the
+    AllReduce. Padded to 16 units, both ranks have 144 units (18432 rows, 3-5% more padding)
+    and the split of the other algorithms.
+    """
+    rows = -(-shard.in_features // UNIT_ROWS) * UNIT_ROWS  # the unsorted shard's K, in units
+    unsorted = UniformSpec(k=rows, n=shard.out_features, bits=shard.bits, group_size=UNIT_ROWS,
+                           m=1, dtype=dtype)
+    return {"row_multiple": UNIT_ROWS * k_split(unsorted),
+            "group_sizes": tuple(g for g in GROUP_SIZES if g > 0)}
 
 
 def kernel_layer(shard: GptqTensors | SortedRowShard,
@@ -48,15 +68,30 @@ def kernel_layer(shard: GptqTensors | SortedRowShard,
         [K_kernel, N_local]: ``shard`` itself, or a SortedRowShard's ``sequential()`` layer.
     """
     if isinstance(shard, SortedRowShard):
-        return shard.sequential(**(_HALF_LAYOUT if dtype in ("float16", "bfloat16") else {}))
+        index, layer = shard.sequential(
+            **(half_layout(shard, dtype) if dtype in _HALF_DTYPES else {}))
+        if np.array_equal(index, np.arange(shard.in_features)):
+            index = None  # no padding (whole groups, e.g. TP = 1): no gather per call
+        return index, layer
     return None, shard
 
 
-def shard_spec(shard: GptqTensors | SortedRowShard, rows: int,
-               dtype: str = "float32") -> UniformSpec:
+def shared_kernel_layer(shard: GptqTensors | SortedRowShard, dtype: str,
+                        shared: dict) -> tuple[np.ndarray | None, GptqTensors]:
+    """:func:`kernel_layer` of ``shard``, made once per (shard, dtype) and kept in ``shared``
+    (the dict that :class:`KernelLinear`'s of one shard at several M share)."""
+    key = (id(shard), dtype)
+    if key not in shared:
+        shared[key] = kernel_layer(shard, dtype)
+    return shared[key]
+
+
+def shard_spec(shard: GptqTensors | SortedRowShard, rows: int, dtype: str = "float32",
+               shared: dict | None = None) -> UniformSpec:
     """The uniform kernel spec that multiplies ``rows`` activation rows of ``dtype`` ("float32",
-    "float16" or "bfloat16") by ``shard`` (by its :func:`kernel_layer`)."""
-    _, layer = kernel_layer(shard, dtype)
+    "float16" or "bfloat16") by ``shard`` (by its :func:`kernel_layer`; kept in ``shared``
+    when given)."""
+    _, layer = shared_kernel_layer(shard, dtype, {} if shared is None else shared)
     return UniformSpec(k=layer.in_features, n=layer.out_features, bits=layer.bits,
                        group_size=layer.group_size, m=rows, dtype=dtype)
 
@@ -91,10 +126,7 @@ class KernelLinear:
         import torch
 
         shared = {} if shared is None else shared
-        key = (id(shard), dtype)
-        if key not in shared:
-            shared[key] = kernel_layer(shard, dtype)
-        index, layer = shared[key]
+        index, layer = shared_kernel_layer(shard, dtype, shared)
         spec = shard_spec(layer, rows, dtype)
         if callable(kernels):
             self.kernel = kernels(spec)

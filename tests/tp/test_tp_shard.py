@@ -78,6 +78,53 @@ def test_rank_sorted_shards_preserve_the_product(bits, group_size, size):
     np.testing.assert_allclose(total, x @ layer.dequantize(), rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tensor_core_layout_keeps_the_unsorted_k_split(seed):
+    """A rank-sorted down shard padded for the fp16 tensor-core kernels splits K over as many
+    warps as the unsorted shard of the other algorithms. Padded to a multiple of 128 rows only,
+    its K had units of few divisors (Llama-70B's down at TP = 2: 137 units, a prime, one warp
+    per 32 columns), which made rank_sorted 4.5x slower than TP-aware on two H200s."""
+    from qcompile.kernels.uniform import UniformSpec
+    from qcompile.kernels.uniform.compute_cuda_mma_f16 import k_split
+    from qcompile.tp.local_linear import kernel_layer, shard_spec
+
+    layer = random_act_order_layer(4096, 256, 4, 128, np.random.default_rng(seed))
+    _, sequential = reorder(layer)
+    x = np.random.default_rng(seed).standard_normal((2, 2048))
+    for rank in range(2):
+        local, shard = shard_rows_sorted(layer, rank, 2)
+        unsorted = shard_spec(shard_rows(sequential, rank, 2), 1, "float16")  # 16 units
+        for rows in (1, 16):
+            spec = shard_spec(shard, rows, "float16")
+            assert spec.k % 128 == 0 and spec.group_size in (32, 64, 128)
+            assert k_split(spec) == k_split(replace(unsorted, m=rows))
+        _, old = shard.sequential(row_multiple=128, group_sizes=(32, 64, 128))
+        old_spec = UniformSpec(k=old.in_features, n=256, bits=4, group_size=old.group_size,
+                               dtype="float16")
+        assert k_split(old_spec) < k_split(unsorted)  # what the test guards against
+        index, padded = kernel_layer(shard, "float16")
+        assert not padded.dequantize()[index == shard.in_features].any()  # padding: W = 0
+        x_sorted = x[:, local]
+        np.testing.assert_allclose(np.pad(x_sorted, ((0, 0), (0, 1)))[:, index]
+                                   @ padded.dequantize(), x_sorted @ shard.dequantize(),
+                                   rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_unpadded_sorted_shard_needs_no_gather(dtype):
+    """At TP = 1 (whole groups) the sequential layout of a rank-sorted shard has no padding,
+    so the kernel reads its input as it is: no gather per call."""
+    from qcompile.tp.local_linear import kernel_layer
+
+    layer = random_act_order_layer(512, 64, 4, 128, np.random.default_rng(3))
+    _, shard = shard_rows_sorted(layer, 0, 1)
+    index, padded = kernel_layer(shard, dtype)
+    assert index is None
+    np.testing.assert_array_equal(padded.dequantize(), shard.dequantize())
+    _, shard = shard_rows_sorted(layer, 0, 2)
+    assert kernel_layer(shard, dtype)[0] is not None  # a slice of part-groups is padded
+
+
 def test_single_process_simulation_of_every_algorithm():
     rng = np.random.default_rng(5)
     layers = MlpLayers(up=random_act_order_layer(128, 256, 4, 32, rng),

@@ -1,0 +1,54 @@
+#!/bin/bash
+# Issue 26's GPU run: tools/bench_tp.py on one host's two H200s (device kind nvidia-h200-x2).
+# Llama-70B and Granite-20B MLPs, M = 1,2,4,8,16, naive / tp_aware / rank_sorted, on qcompile's
+# fp16 kernels and on the torch fallback; one torchrun job per TP size. Untuned kernels (the
+# device has no tuning database): each row of the JSON says so.
+#
+# The device has torch but no TVM: TVM comes from the bundle of ../shared/device/README.md
+# (`bash ../shared/device/make-tvm-bundle.sh` here once), in two calls made one right after
+# the other, from the repository root:
+#
+#   call 1  carry [".devcache/tvm-a"]  command: bash .devcache/tvm-a/setup.sh
+#   call 2  carry [".devcache/tvm-b"]  command: bash .devcache/tvm-b/setup.sh && bash tools/jobs/tp_h200x2.sh build tp1
+#   call 3  carry [".devcache/tvm-b"]  command: bash .devcache/tvm-b/setup.sh && bash tools/jobs/tp_h200x2.sh tp2
+#
+# Steps (arguments, in this order; none: all three, about 7 minutes, close to the device's 10):
+#   build   bench_tp --build-only --tp 1,2: every kernel, in parallel processes (~1.5 min)
+#   tp1     torchrun --nproc-per-node 1 (~2.5 min; at most 4: `timeout`)
+#   tp2     torchrun --nproc-per-node 2 (~3 min; at most 4)
+# Kernels are cached in /tmp/qcompile-cache, which lasts while the machine stays warm; a torchrun
+# that finds a kernel missing builds it on first use, one rank at a time (slower, still right).
+# Writes under $OUT: build.log, tp1.json, tp1.log, tp2.json, tp2.log (the JSON is rewritten
+# after every row, so a run cut short keeps what it measured).
+# Smoke test on a CPU (gloo, avx2 kernels, float32 x), with python3 and torchrun of the venv
+# on PATH: MODELS=tiny ROWS=1,16 OUT=/tmp/tp-smoke bash tools/jobs/tp_h200x2.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-/tmp/tp-out}
+mkdir -p "$out"
+export PYTHONPATH=/tmp/tvmsite:$PWD
+export XDG_CACHE_HOME=/tmp/qcompile-cache  # kernel cache and (empty) tuning database
+export NCCL_NVLS_ENABLE=0                  # no NVLink multicast on shared hosts
+common=(--models "${MODELS:-llama70b,granite20b}" --rows "${ROWS:-1,2,4,8,16}")
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(build tp1 tp2)
+status=0
+for step in "${steps[@]}"; do
+  start=$SECONDS
+  case $step in
+    build)
+      timeout 240 python3 tools/bench_tp.py --build-only --tp 1,2 --jobs "$(nproc --all)" "${common[@]}" \
+        2>&1 | tee "$out/build.log" ;;
+    tp1|tp2)
+      size=${step#tp}
+      timeout 240 torchrun --standalone --nproc-per-node "$size" tools/bench_tp.py "${common[@]}" \
+        --backends torch-dequant,qcompile --iterations 50 --repeats 7 --json "$out/$step.json" \
+        2>&1 | tee "$out/$step.log" ;;
+    *)
+      echo "tp_h200x2.sh: unknown step $step (build, tp1, tp2)" >&2; exit 2 ;;
+  esac
+  rc=${PIPESTATUS[0]}
+  echo "tp_h200x2.sh: $step exited $rc after $((SECONDS - start)) s" | tee -a "$out/steps.log"
+  [ "$rc" -ne 0 ] && status=$rc
+done
+exit $status
