@@ -34,6 +34,10 @@ from qcompile.tp.shard import permute_columns, reorder, shard_columns, shard_row
 from qcompile.tp.sorted_rows import SortedRowShard, shard_rows_sorted
 
 ALGORITHMS = ("naive", "tp_aware", "rank_sorted")
+#: What :func:`shard_mlp` does unless told: TP-aware needs no collective between the two layers
+#: and reads each weight once at its own size; it was the fastest of the three on two H200s at
+#: every M = 1..16 (docs/design/tensor-parallel.md).
+DEFAULT_ALGORITHM = "tp_aware"
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,10 @@ class RankShards:
     down: GptqTensors | SortedRowShard
 
 
-def shard_mlp(layers: MlpLayers, rank: int, size: int, algorithm: str) -> RankShards:
-    """Offline: what rank ``rank`` of ``size`` holds for ``algorithm``.
+def shard_mlp(layers: MlpLayers, rank: int, size: int,
+              algorithm: str = DEFAULT_ALGORITHM) -> RankShards:
+    """Offline: what rank ``rank`` of ``size`` holds for ``algorithm`` (default
+    :data:`DEFAULT_ALGORITHM`).
 
     naive and tp_aware reorder every layer, permute W1's columns by P2 (tp_aware only) and
     shard; rank_sorted reorders the first layer(s) as naive does, and takes its down shard with

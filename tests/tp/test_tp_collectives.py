@@ -76,3 +76,14 @@ def test_rank_sorted_replicates_scales_and_shards_the_rest(size):
         for algorithm in ("naive", "tp_aware"):
             other = shard_mlp(layers, rank, size, algorithm).down
             assert other.scales.shape == (down.num_groups // size, N2)
+
+
+def test_tp_aware_is_the_default():
+    """shard_mlp without an algorithm shards as TP-aware (docs/design/tensor-parallel.md: the
+    fastest of the three on two H200s at every M = 1..16)."""
+    layers = _layers(np.random.default_rng(1))
+    default, tp_aware = shard_mlp(layers, 1, 2), shard_mlp(layers, 1, 2, "tp_aware")
+    for name in ("up", "gate", "down"):
+        a, b = getattr(default, name), getattr(tp_aware, name)
+        np.testing.assert_array_equal(a.qweight, b.qweight)
+        np.testing.assert_array_equal(a.g_idx, b.g_idx)
