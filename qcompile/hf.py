@@ -40,6 +40,8 @@ from safetensors import safe_open
 
 from qcompile import gptq
 from qcompile.errors import FormatError, NoRecordError, UsageError
+from qcompile.kernels.uniform import FAMILY
+from qcompile.kernels.uniform.dense_torch import dequantize_on_device
 from qcompile.nn import (
     MAX_KERNEL_ROWS,
     PREFILL_ROWS,
@@ -128,7 +130,8 @@ def from_gptq(path: str | Path, target: str = "avx2", db: str | None = None, *,
     return model
 
 
-def dequantized(path: str | Path, dtype: torch.dtype = torch.float64):
+def dequantized(path: str | Path, dtype: torch.dtype = torch.float64,
+                device: str | torch.device = "cpu"):
     """The checkpoint's model with dense weights ``W = dequantize(qweight, scales, qzeros,
     g_idx)`` in ``dtype``: the float reference of :func:`from_gptq` (same architecture, same
     other tensors), and the transformers peer of the benchmarks.
@@ -139,27 +142,83 @@ def dequantized(path: str | Path, dtype: torch.dtype = torch.float64):
         As :func:`from_gptq`.
     dtype : torch.dtype
         The weights' and activations' dtype (float64 for a reference).
+    device : str or torch.device
+        Where the model lives. The CPU dequantizes with numpy (float32), a GPU with torch on
+        the GPU (float32 too, :func:`qcompile.kernels.uniform.dense_torch.dequantize_on_device`):
+        the same values, each rounded once to ``dtype``.
 
     Returns
     -------
     transformers.PreTrainedModel
-        Eval mode, no gradients, plain ``nn.Linear`` layers.
+        Eval mode, no gradients, plain ``nn.Linear`` layers (unfused, as transformers has
+        them), on ``device``.
+    """
+    device = torch.device(device)
+    return with_layers(path, lambda layer: dense_linear(layer, dtype, device), dtype=dtype,
+                       device=device)
+
+
+def with_layers(path: str | Path, make_layer, *, dtype: torch.dtype = torch.float32,
+                device: str | torch.device = "cpu", fuse: bool = False):
+    """The checkpoint's model with every quantized layer made by ``make_layer``: the dense
+    reference (:func:`dequantized`), or a benchmark's model on another library's GPTQ layers.
+
+    Parameters
+    ----------
+    path : str or Path
+        As :func:`from_gptq`.
+    make_layer : callable
+        ``make_layer(layer)`` for each :class:`qcompile.gptq.GptqLayer` returns a module on
+        ``device`` that maps x [..., in_features] of ``dtype`` to [..., out_features] (bias
+        included).
+    dtype : torch.dtype
+        The other tensors' dtype (embeddings, norms, lm_head).
+    device : str or torch.device
+    fuse : bool
+        Layers that share their input become one, as in :func:`from_gptq` (``make_layer``
+        then gets the fused ``qkv_proj`` and ``gate_up_proj`` layers).
+
+    Returns
+    -------
+    transformers.PreTrainedModel
+        Eval mode, no gradients, on ``device``.
     """
     directory = _checkpoint_directory(path)
     config = model_config(directory)
     layers = gptq.load(directory)
+    run_layers = gptq.fuse_shared_inputs(layers) if fuse else layers
     model = _skeleton(config, dtype)
-    for name, layer in layers.items():
+    _install_fused(model, run_layers)
+    for name, layer in run_layers.items():
         parent_name, _, child = name.rpartition(".")
-        linear = torch.nn.Linear(layer.in_features, layer.out_features,
-                                 bias=layer.bias is not None, dtype=dtype)
-        with torch.no_grad():
-            linear.weight.copy_(torch.from_numpy(layer.dequantize().T))
-            if layer.bias is not None:
-                linear.bias.copy_(torch.from_numpy(layer.bias))
-        setattr(model.get_submodule(parent_name), child, linear)
+        setattr(model.get_submodule(parent_name), child, make_layer(layer))
     _load_dense_tensors(model, directory, set(layers), dtype)
-    return model
+    return model.to(device)
+
+
+def dense_linear(layer: gptq.GptqLayer, dtype: torch.dtype,
+                 device: str | torch.device = "cpu") -> torch.nn.Linear:
+    """An ``nn.Linear`` of ``layer``'s dequantized weight: weight [N, K] and bias [N] in
+    ``dtype`` on ``device``, rows in the checkpoint's order (act_order undone)."""
+    device = torch.device(device)
+    linear = torch.nn.Linear(layer.in_features, layer.out_features,
+                             bias=layer.bias is not None, device="meta")
+    if device.type == "cpu":
+        weight = torch.from_numpy(layer.dequantize().T)
+    else:
+        spec = layer.spec(m=1)
+        prepared = FAMILY.prepare(spec, device=device.type, **layer.kernel_tensors())
+        rows = dequantize_on_device(spec, prepared, torch.float32)  # prepared row order P
+        permutation = prepared.extras.get("perm")
+        if permutation is not None:  # prepared row i is the checkpoint's row P[i]
+            rows = torch.empty_like(rows).index_copy_(0, permutation, rows)
+        weight = rows.T
+    linear.weight = torch.nn.Parameter(weight.to(device, dtype).contiguous(),
+                                       requires_grad=False)
+    if layer.bias is not None:
+        linear.bias = torch.nn.Parameter(torch.from_numpy(layer.bias).to(device, dtype),
+                                         requires_grad=False)
+    return linear
 
 
 def model_config(directory: str | Path):
@@ -541,5 +600,6 @@ def write_gptq(model, directory: str | Path, *, bits: int = 4, group_size: int =
     return directory
 
 
-__all__ = ["MODEL_TYPES", "Columns", "Generation", "KernelReport", "dequantized", "from_gptq",
-           "generate", "model_config", "prepare_kernels", "write_gptq"]
+__all__ = ["MODEL_TYPES", "Columns", "Generation", "KernelReport", "dense_linear", "dequantized",
+           "from_gptq", "generate", "model_config", "prepare_kernels", "with_layers",
+           "write_gptq"]

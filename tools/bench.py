@@ -4,6 +4,7 @@
     prefill     QuantLinear: from how many rows the dense prefill path beats the kernels
     act-order   QuantLinear and kernels: the cost of act_order, fused or separate gather
     model       a GPTQ Llama on qcompile kernels: decode and prefill tokens/s, transformers peer
+    model-gpu   the same on a GPU (Llama-2-7B shape): CUDA graphs, fp16 and humming peers, profile
 
 Examples (tools/README.md lists the commands behind every file in tools/results):
 
@@ -12,6 +13,7 @@ Examples (tools/README.md lists the commands behind every file in tools/results)
     python tools/bench.py kernels --preset cuda --db sqlite:////tmp/qc/tuning.sqlite
     python tools/bench.py prefill --db sqlite:////tmp/bench/tuning.sqlite
     python tools/bench.py model --model tiny --batches 1,4 --prompt 64 --rounds 1
+    python tools/bench.py model-gpu --layers 2 --rounds 2 --json /tmp/model_gpu_smoke.json
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tools.harness
 
-from tools.jobs import act_order, kernels, model, prefill  # noqa: E402
+from tools.jobs import act_order, kernels, model, model_gpu, prefill  # noqa: E402
 
-JOBS = {"kernels": kernels, "prefill": prefill, "act-order": act_order, "model": model}
+JOBS = {"kernels": kernels, "prefill": prefill, "act-order": act_order, "model": model,
+        "model-gpu": model_gpu}
 
 
 def main(argv=None) -> int:

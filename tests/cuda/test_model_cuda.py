@@ -95,3 +95,16 @@ def test_tiny_llama_in_fp16_on_the_gpu(tiny):
     assert ours.tokens.device.type == "cuda"
     theirs = hf.generate(reference, ids, 32, min_new_tokens=32)
     assert torch.equal(ours.tokens.cpu(), theirs.tokens)
+
+
+def test_dequantized_on_the_gpu(tiny):
+    """The dense reference built on the GPU (torch's dequantization there, act_order undone)
+    gives the CPU-built one's float64 logits."""
+    on_gpu = hf.dequantized(tiny, torch.float64, device="cuda")
+    on_cpu = hf.dequantized(tiny, torch.float64)
+    assert on_gpu.device.type == "cuda"
+    ids = [5, 17, 42, 8, 33, 1, 59, 12, 20]
+    with torch.no_grad():
+        ours = on_gpu(torch.tensor([ids], device="cuda")).logits[0]
+        theirs = on_cpu(torch.tensor([ids])).logits[0].numpy()
+    assert relative_error(ours, theirs) < 1e-12
