@@ -9,6 +9,9 @@ One concept per module, in the order a benchmark uses them:
 ``reference``    the float64 check every output (ours and the peers') passes before timing
 ``peers``        the kernels we compare with (torch, llama.cpp, humming-kernels)
 ``llama_cpp``    llama.cpp's CPU mul_mat: ggml built on demand into a cache, our C harness
+``random_gptq``  a random GPTQ Llama checkpoint written fast (codes drawn, not quantized)
+``models``       whole-model engines: ours, transformers dense, humming-kernels' layers
+``decode``       a model's decode steps over a static KV cache (CUDA graphs), prefill, profile
 ``results``      JSON result files: date, device, command, medians, ratios
 ``product``      the one module that imports qcompile internals beyond its public surface
 ``cli``          argument parsing shared by the entries (shapes, comma lists)

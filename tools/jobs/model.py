@@ -22,14 +22,7 @@ from pathlib import Path
 
 from tools.harness import cli, results
 from tools.harness.cpu_timing import median
-
-#: Model shapes: TinyLlama-1.1B's, and a tiny one for smoke runs.
-MODELS = {
-    "tinyllama": dict(vocab_size=32000, hidden_size=2048, intermediate_size=5632,
-                      num_hidden_layers=22, num_attention_heads=32, num_key_value_heads=4),
-    "tiny": dict(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2),
-}
+from tools.harness.random_gptq import MODELS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -343,6 +343,10 @@ def build_engines(args, directory, bits: int, dtype: str, target: str, device, c
             unavailable[name] = str(why)
             say(clock, f"{name}: unavailable: {why}")
             continue
+        except Exception as error:  # noqa: BLE001 - one engine's failure (a JIT compile, say)
+            unavailable[name] = f"failed to build: {one_line(error)}"
+            say(clock, f"{name}: {unavailable[name]}")
+            continue
         engine.setup_s = time.monotonic() - started
         engines.append(engine)
         say(clock, f"{engine.name} built in {engine.setup_s:.0f} s: {engine.detail}")
