@@ -29,7 +29,7 @@ qcompile's kernels, the rest by kernel category, and the gaps between kernels. P
 pass ``--budget-s`` (compiling, profiling, further bit widths) are skipped and say so. A
 ``--target avx2`` run is the same job on the CPU, float32, eager steps (a smoke test).
 
-Smoke run (about 2 minutes on the GPU machine), then the real one:
+A smoke run (meant to take about 2 minutes on the GPU machine), then the real one:
 
     python tools/bench.py model-gpu --layers 2 --rounds 2 --json /tmp/smoke.json
     python tools/bench.py model-gpu --json tools/results/h200/model_llama2_7b.json
@@ -441,7 +441,7 @@ def one_line(error: Exception) -> str:
 
 def summary(run: dict) -> dict:
     """Ratios: qcompile's best mode over each peer's best mode (and over transformers' graph
-    and compiled modes apart), per batch; the issue's targets."""
+    and compiled modes apart), per batch; prefill's; at 4 bits, the issue's targets."""
     best: dict[tuple[str, int], float] = {}
     by_mode: dict[tuple[str, str, int], float] = {}
     for row in run["decode"]:
@@ -462,6 +462,12 @@ def summary(run: dict) -> dict:
                 if (peer, mode, batch) in by_mode and peer.startswith("transformers"):
                     out[f"B={batch} qcompile / {peer} {mode}"] = ours / by_mode[(peer, mode,
                                                                                  batch)]
+    prefill = {row["engine"]: row["tokens_per_s"] for row in run["prefill"]}
+    for label in (p for p in prefill if p.startswith("qcompile")):
+        for peer in (p for p in prefill if not p.startswith("qcompile")):
+            out[f"prefill {label} / {peer}"] = prefill[label] / prefill[peer]
+    if run["bits"] != 4:  # the issue's targets are 4-bit's
+        return out
     dense = next((p for p in peers if p.startswith("transformers")), None)
     targets = {}
     if dense and ("qcompile", 1) in best and (dense, 1) in best:
