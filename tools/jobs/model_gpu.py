@@ -84,18 +84,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 class Clock:
-    """Seconds since the job started, and whether a phase of ``estimate`` seconds still fits
-    in the budget."""
+    """Seconds since the job started, whether a phase of ``estimate`` seconds still fits in
+    the budget, and the timeline of what was said when (the result's ``timeline``)."""
 
     def __init__(self, budget_s: float) -> None:
         self.started = time.monotonic()
         self.budget_s = budget_s
+        self.timeline: list[tuple[float, str]] = []
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
     def fits(self, estimate: float) -> bool:
         return self.elapsed() + estimate <= self.budget_s
+
+    def say(self, text: str) -> None:
+        """Print ``text`` after the seconds since the start, and keep it."""
+        self.timeline.append((round(self.elapsed(), 1), text))
+        print(f"[{self.elapsed():6.0f} s] {text}", flush=True)
 
 
 def main(args) -> int:
@@ -118,6 +124,7 @@ def main(args) -> int:
 
     def save() -> None:
         result["elapsed_s"] = clock.elapsed()
+        result["timeline"] = clock.timeline
         if args.json:
             results.write(args.json, result)
 
@@ -125,7 +132,7 @@ def main(args) -> int:
     for index, bits in enumerate(args.bits):
         if index and not clock.fits(120):
             result["runs"].append({"bits": bits, "skipped": "over --budget-s"})
-            print(f"{bits}-bit: skipped (over --budget-s {args.budget_s:.0f})", flush=True)
+            clock.say(f"{bits}-bit: skipped (over --budget-s {args.budget_s:.0f})")
             continue
         run = {"bits": bits}
         result["runs"].append(run)
@@ -156,8 +163,8 @@ def run_bits(args, bits: int, dtype: str, target: str, device, clock: Clock, run
                       device="cuda" if torch.cuda.is_available() else "cpu")
     run.update(model=args.model, layers=layers, checkpoint=str(directory),
                checkpoint_s=time.monotonic() - started, checks={}, failures={})
-    say(clock, f"{bits}-bit {args.model} ({layers} layers, g{args.group_size}) at {directory} "
-               f"in {run['checkpoint_s']:.0f} s")
+    clock.say(f"{bits}-bit {args.model} ({layers} layers, g{args.group_size}) at {directory} "
+              f"in {run['checkpoint_s']:.0f} s")
 
     generator = torch.Generator().manual_seed(bits)
     vocabulary = config.vocab_size
@@ -165,7 +172,7 @@ def run_bits(args, bits: int, dtype: str, target: str, device, clock: Clock, run
     sequences = {b: torch.randint(0, vocabulary, (b, args.decode_prompt + 1),
                                   generator=generator) for b in args.batches}
     reference = references(directory, device, prefill_prompt, sequences, args.decode_prompt)
-    say(clock, f"float64 reference logits in {reference['seconds']:.0f} s")
+    clock.say(f"float64 reference logits in {reference['seconds']:.0f} s")
 
     engines, unavailable = build_engines(args, directory, bits, dtype, target, device, clock)
     run["engines"] = {e.name: {"detail": e.detail, "setup_s": e.setup_s, "dtype": e.dtype}
@@ -178,6 +185,7 @@ def run_bits(args, bits: int, dtype: str, target: str, device, clock: Clock, run
     for decoder in decoders.values():  # after every decoder has run: workspaces are grown
         decoder.capture()
     check_decode(decoders, engines, sequences, reference["decode"], args.decode_prompt, run)
+    clock.say(f"{len(decoders)} decoders captured and checked")
     print_checks(run["checks"])
     save()
 
@@ -186,9 +194,10 @@ def run_bits(args, bits: int, dtype: str, target: str, device, clock: Clock, run
     run["prefill"] = [time_prefill(label, model, prefill_prompt, args.rounds)
                       for label, model in prefills if run["checks"][f"{label} prefill"]["ok"]]
     save()
-    say(clock, "timed")
+    clock.say("timed")
     run["profiles"] = profile_decode(passed, args.profile_batches, run["decode"], device, clock)
     run["summary"] = summary(run)
+    clock.say("profiled")
     print_table(run, args)
     for decoder in decoders.values():
         decoder.graph = None
@@ -211,7 +220,7 @@ def check_prefill(engines, prompt, expected, run: dict, clock: Clock) -> list:
                 ran.append((label, model))
         except Exception as error:  # noqa: BLE001 - reported; the other engines still run
             run["failures"][f"{engine.name} prefill"] = one_line(error)
-            say(clock, f"{engine.name} prefill failed: {one_line(error)}")
+            clock.say(f"{engine.name} prefill failed: {one_line(error)}")
             engines.remove(engine)
     return ran
 
@@ -278,10 +287,6 @@ def profile_decode(decoders: dict, batches, rows: list[dict], device, clock: Clo
     return profiles
 
 
-def say(clock: Clock, text: str) -> None:
-    print(f"[{clock.elapsed():6.0f} s] {text}", flush=True)
-
-
 def references(directory, device, prefill_prompt, sequences, prompt_length: int) -> dict:
     """float64 logits of the checkpoint's dense model: every position of ``prefill_prompt``,
     and position ``prompt_length`` (the first decode step) of each batch's sequences."""
@@ -341,15 +346,15 @@ def build_engines(args, directory, bits: int, dtype: str, target: str, device, c
                 engine = models.Engine("humming", model, "float16", detail)
         except models.Unavailable as why:
             unavailable[name] = str(why)
-            say(clock, f"{name}: unavailable: {why}")
+            clock.say(f"{name}: unavailable: {why}")
             continue
         except Exception as error:  # noqa: BLE001 - one engine's failure (a JIT compile, say)
             unavailable[name] = f"failed to build: {one_line(error)}"
-            say(clock, f"{name}: {unavailable[name]}")
+            clock.say(f"{name}: {unavailable[name]}")
             continue
         engine.setup_s = time.monotonic() - started
         engines.append(engine)
-        say(clock, f"{engine.name} built in {engine.setup_s:.0f} s: {engine.detail}")
+        clock.say(f"{engine.name} built in {engine.setup_s:.0f} s: {engine.detail}")
     return engines, unavailable
 
 
@@ -398,11 +403,12 @@ def make_decoders(args, engines, sequences, device, clock: Clock, run: dict) -> 
                 decoders[(engine.name, step_mode(device), batch)] = decoder
         except Exception as error:  # noqa: BLE001 - reported; the other engines still run
             run["failures"][f"{engine.name} decode"] = one_line(error)
-            say(clock, f"{engine.name} decode failed: {one_line(error)}")
+            clock.say(f"{engine.name} decode failed: {one_line(error)}")
             decoders = {k: v for k, v in decoders.items() if k[0] != engine.name}
-    say(clock, f"{len(decoders)} decoders warmed")
+    clock.say(f"{len(decoders)} decoders warmed")
     compiled = run.setdefault("compile", {})
-    measured = []  # seconds of each compile; 90 s is the guess before the first
+    measured = []  # seconds of each compile
+    guess = 10 + 2.5 * engines[0].model.config.num_hidden_layers if engines else 0.0
     # B = 1 compiles with static shapes; the next batch recompiles with the batch dimension
     # dynamic (torch's automatic dynamic shapes), which then serves every other batch: two
     # compiles per engine, the issue's B = 1 and 16 first.
@@ -413,9 +419,9 @@ def make_decoders(args, engines, sequences, device, clock: Clock, run: dict) -> 
         forward = torch.compile(engine.model, backend=args.compile_backend, fullgraph=True)
         for batch in order:
             label = f"{engine.name} B={batch}"
-            if not clock.fits(max(measured, default=90.0) + 40):
+            if not clock.fits(max(measured, default=guess) + 30):  # 30 s: timing after
                 compiled[label] = {"skipped": "over --budget-s"}
-                say(clock, f"compile {label}: skipped (over --budget-s)")
+                clock.say(f"compile {label}: skipped (over --budget-s)")
                 continue
             started = time.monotonic()
             try:
@@ -424,13 +430,13 @@ def make_decoders(args, engines, sequences, device, clock: Clock, run: dict) -> 
                 decoder.warm()
             except Exception as error:  # noqa: BLE001 - a model that does not compile
                 compiled[label] = {"failed": one_line(error)}
-                say(clock, f"compile {label}: failed: {one_line(error)}")
+                clock.say(f"compile {label}: failed: {one_line(error)}")
                 break
             seconds = time.monotonic() - started
             measured.append(seconds)
             compiled[label] = {"seconds": seconds}
             decoders[(engine.name, "compiled", batch)] = decoder
-            say(clock, f"compiled {label} in {seconds:.0f} s")
+            clock.say(f"compiled {label} in {seconds:.0f} s")
     return decoders
 
 
