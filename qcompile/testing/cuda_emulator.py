@@ -397,6 +397,35 @@ def emulate_lop3(code: str) -> str:
     return helpers + code
 
 
+#: g++'s flags for an emulated kernel, and for the precompiled prelude it includes (a
+#: precompiled header is used only where the flags match).
+_CXXFLAGS = ("-std=c++20", "-O1", "-fPIC", "-pthread", "-fno-strict-aliasing",
+             "-ffp-contract=off", "-w")
+
+
+def _precompiled_prelude(compiler: str, cache: Path) -> str:
+    """The text that starts a kernel's C++: an ``#include`` of the prelude as a header whose
+    precompiled form (``.h.gch``) sits next to it, built once per prelude, compiler and cache
+    directory; the prelude itself where g++ cannot precompile it. Parsing the prelude's standard
+    headers was about a second of every kernel's compile."""
+    digest = hashlib.sha256("\0".join([_PRELUDE, compiler, *_CXXFLAGS]).encode()).hexdigest()
+    header = cache / f"qc_prelude-{digest[:16]}.h"
+    compiled = header.with_name(header.name + ".gch")
+    if not compiled.exists():
+        pid = os.getpid()
+        text = header.with_name(f"{header.name}.{pid}")
+        text.write_text(_PRELUDE)
+        text.replace(header)  # whole, even with another process at the same step
+        tmp = header.with_name(f"{header.name}.{pid}.gch")
+        result = subprocess.run([compiler, *_CXXFLAGS, "-x", "c++-header", "-o", str(tmp),
+                                 str(header)], capture_output=True, text=True)
+        if result.returncode:
+            tmp.unlink(missing_ok=True)
+            return _PRELUDE
+        tmp.replace(compiled)
+    return f'#include "{header}"\n'
+
+
 def compile_emulated(cuda_source: str, extents: dict[str, int],
                      cache_dir: str | Path | None = None) -> EmulatedKernel:
     """Compile generated CUDA C into an :class:`EmulatedKernel` (cached by source hash)."""
@@ -418,12 +447,10 @@ def compile_emulated(cuda_source: str, extents: dict[str, int],
         if compiler is None:
             raise RuntimeError("the CUDA emulator needs a C++20 compiler (g++) on PATH")
         src = cache / f"{name}-{digest}.cpp"
-        src.write_text(text)
+        src.write_text(_precompiled_prelude(compiler, cache) + code + wrapper)
         tmp = lib.with_suffix(f".{os.getpid()}.so")
-        result = subprocess.run(
-            [compiler, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-fno-strict-aliasing",
-             "-ffp-contract=off", "-w", "-o", str(tmp), str(src)],
-            capture_output=True, text=True)
+        result = subprocess.run([compiler, *_CXXFLAGS, "-shared", "-o", str(tmp), str(src)],
+                                capture_output=True, text=True)
         if result.returncode:
             raise RuntimeError(f"emulator build of {name} failed:\n{result.stderr[-4000:]}")
         tmp.replace(lib)

@@ -3,19 +3,22 @@ would beat them, stores what it measured, and a fake 1 ns record never wins by i
 
 import json
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import targets
 from qcompile import _tvm
 from qcompile.build import build
 from qcompile.errors import NoRecordError
 from qcompile.kernels import UniformSpec
 from qcompile.testing.records import TILES, uniform_trace
 from qcompile.trust import records
-from qcompile.trust.seals import Sealer
+from qcompile.trust.seals import Sealer, host_key_path
 from qcompile.trust.workloads import workload_database
 from qcompile.tune import tune
 from schedules.variants import compute_for
@@ -25,6 +28,36 @@ from tuning_db.database import record_digest, record_json
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = UniformSpec(k=256, n=256)
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tuned_once(tmp_path_factory):
+    """(database file, cache directory) of one real 8-trial tune of SPEC, done once for the
+    module: every test here starts from the same tuned database (tuning it again per test cost
+    15-30 s each and tested nothing more)."""
+    preset = targets.get("avx2")
+    supported, reason = preset.host_support()
+    if not supported:
+        pytest.skip(f"host cannot run avx2 code: {reason}")
+    root = tmp_path_factory.mktemp("tuned-once")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(root / "cache"))  # the tuner's host key goes here
+        storage = Storage(f"sqlite:///{root / 'tuned.sqlite'}")
+        tune(SPEC, preset, trials=8, storage=storage, progress=False)
+        storage.close()
+    return root / "tuned.sqlite", root / "cache"
+
+
+def _tuned_copy(tuned_once, path: Path) -> Storage:
+    """A copy of the module's tuned database at ``path``, as if this test had tuned it here:
+    the tuner's host key becomes this test's (its cache directory's) host key."""
+    database, cache = tuned_once
+    key = host_key_path()  # this test's, under its own $XDG_CACHE_HOME
+    key.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(cache / "qcompile" / "seal.key", key)
+    with sqlite3.connect(database) as source, sqlite3.connect(path) as copy:
+        source.backup(copy)  # whole, WAL included
+    return Storage(f"sqlite:///{path}")
 
 
 def _forge(storage, preset, claimed_secs):
@@ -55,9 +88,8 @@ def _forge(storage, preset, claimed_secs):
     raise AssertionError("every tile was tuned already")
 
 
-def test_a_fake_record_is_timed_here_and_the_timing_is_kept(tmp_path, avx2):
-    storage = Storage(f"sqlite:///{tmp_path / 'team.sqlite'}")
-    tune(SPEC, avx2, trials=8, storage=storage, progress=False)
+def test_a_fake_record_is_timed_here_and_the_timing_is_kept(tmp_path, avx2, tuned_once):
+    storage = _tuned_copy(tuned_once, tmp_path / "team.sqlite")
     fake = _forge(storage, avx2, [1e-9])
 
     first = build(SPEC, avx2, tmp_path / "out", storage=storage)
@@ -78,9 +110,8 @@ def test_a_fake_record_is_timed_here_and_the_timing_is_kept(tmp_path, avx2):
     assert storage.measurements([fake_id])[fake_id] == [measured], "nothing timed twice"
 
 
-def test_without_a_way_to_measure_only_sealed_records_win(tmp_path, avx2):
-    tuned = Storage(f"sqlite:///{tmp_path / 'tuned.sqlite'}")
-    tune(SPEC, avx2, trials=8, storage=tuned, progress=False)
+def test_without_a_way_to_measure_only_sealed_records_win(tmp_path, avx2, tuned_once):
+    tuned = _tuned_copy(tuned_once, tmp_path / "tuned.sqlite")
     export = tmp_path / "records.jsonl"
     transfer.export_jsonl(tuned, export)
 
@@ -106,9 +137,8 @@ def test_without_a_way_to_measure_only_sealed_records_win(tmp_path, avx2):
         assert "sealed by the host key" in built.how
 
 
-def test_imported_records_are_claims(tmp_path, avx2):
-    tuned = Storage(f"sqlite:///{tmp_path / 'tuned.sqlite'}")
-    tune(SPEC, avx2, trials=8, storage=tuned, progress=False)
+def test_imported_records_are_claims(tmp_path, avx2, tuned_once):
+    tuned = _tuned_copy(tuned_once, tmp_path / "tuned.sqlite")
     export = tmp_path / "records.jsonl"
     transfer.export_jsonl(tuned, export)
     received = Storage(f"sqlite:///{tmp_path / 'received.sqlite'}")

@@ -9,8 +9,12 @@ import sys
 import textwrap
 import threading
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+
+import targets
 
 QCOMPILE = [sys.executable, "-m", "qcompile.cli"]
 SHAPE = "256x256"
@@ -28,11 +32,57 @@ def env(tmp_path):
     return {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
 
 
-def test_tune_build_load_in_a_fresh_process(tmp_path, env, avx2):
-    tuned = run(["tune", "--target", "avx2", "--shape", SHAPE, "--trials", "8", "--quiet"], env)
+@dataclass
+class Tuned:
+    """One ``qcompile tune`` run, as a user sees it: its stderr as it grew (seconds since the
+    start, text so far, per chunk read), its stdout, its wall time, and its environment."""
+
+    seen: list[tuple[float, str]]
+    stdout: str
+    wall: float
+    env: dict
+    cache: Path
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """The main job's first step, run once for the module (a tune costs 15-30 s): 8 trials of
+    SHAPE with the progress bar on, records into the default database of a cache of its own.
+    The progress test reads how it showed itself; the end-to-end test builds from its records."""
+    preset = targets.get("avx2")
+    supported, reason = preset.host_support()
+    if not supported:
+        pytest.skip(f"host cannot run avx2 code: {reason}")
+    cache = tmp_path_factory.mktemp("tuned") / "cache"
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    env.pop("QCOMPILE_DB", None)
+    started = time.monotonic()
+    process = subprocess.Popen(
+        QCOMPILE + ["tune", "--target", "avx2", "--shape", SHAPE, "--trials", "8"], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen: list[tuple[float, str]] = []
+
+    def read():
+        text = ""
+        while chunk := os.read(process.stderr.fileno(), 4096):
+            text += chunk.decode(errors="replace")
+            seen.append((time.monotonic() - started, text))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    stdout = process.stdout.read().decode()
+    process.wait(timeout=900)
+    reader.join(timeout=60)
+    wall = time.monotonic() - started
+    assert process.returncode == 0, seen[-1][1] if seen else stdout
+    return Tuned(seen, stdout, wall, env, cache)
+
+
+def test_tune_build_load_in_a_fresh_process(tmp_path, tuned, avx2):
+    env = tuned.env
     assert "tuned uniform_b4_g128_k256_n256_m1_f32 for avx2: 8 trials" in tuned.stdout
     assert "GB/s effective" in tuned.stdout and "stored    8 records" in tuned.stdout
-    default_db = tmp_path / "cache" / "qcompile" / "tuning.sqlite"
+    default_db = tuned.cache / "qcompile" / "tuning.sqlite"
     assert default_db.is_file(), "with no --db, records go to the user's cache directory"
 
     listing = run(["db", "ls"], env).stdout
@@ -75,29 +125,11 @@ def test_tune_build_load_in_a_fresh_process(tmp_path, env, avx2):
 
 
 @pytest.mark.slow
-def test_tune_shows_progress_from_the_start(env, avx2):
+def test_tune_shows_progress_from_the_start(tuned):
     """The bar is on stderr at once (while TVM loads), names each phase, counts each candidate
     as it is measured (before the batch is done), ends once; the summary prints once and its
     time counts start-up."""
-    started = time.monotonic()
-    process = subprocess.Popen(
-        QCOMPILE + ["tune", "--target", "avx2", "--shape", "256x128", "--group-size", "64",
-                    "--trials", "8"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    seen: list[tuple[float, str]] = []  # (seconds since start, text so far) per chunk read
-
-    def read():
-        text = ""
-        while chunk := os.read(process.stderr.fileno(), 4096):
-            text += chunk.decode(errors="replace")
-            seen.append((time.monotonic() - started, text))
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    stdout = process.stdout.read().decode()
-    process.wait(timeout=900)
-    reader.join(timeout=60)
-    wall = time.monotonic() - started
-    assert process.returncode == 0, seen[-1][1] if seen else stdout
+    seen, stdout = tuned.seen, tuned.stdout
 
     def first(fragment: str) -> float:
         return next(t for t, text in seen if fragment in text)
@@ -106,14 +138,14 @@ def test_tune_shows_progress_from_the_start(env, avx2):
     assert first("starting TVM") < first("searching (batch 1)") < first("building 8 candidates") \
         < first("measuring 1/8") < first("measuring 8/8") < first("8/8 trials")
     assert first("1/8 trials") < first("measuring 8/8")  # each candidate shows as it is done
-    assert "uniform_b4_g64_k256_n128_m1_f32 @avx2" in stderr
+    assert "uniform_b4_g128_k256_n256_m1_f32 @avx2" in stderr
     ended = [line for line in stderr.split("\n")[:-1] if "trials [" in line]
     assert len(ended) == 1, stderr  # the bar's line ends once, on its final state
     assert ended[0].split("\r")[-1].rstrip().endswith("done]"), ended[0].split("\r")[-1]
-    assert stdout.count("tuned uniform_b4_g64_k256_n128_m1_f32 for avx2: 8 trials") == 1
+    assert stdout.count("tuned uniform_b4_g128_k256_n256_m1_f32 for avx2: 8 trials") == 1
     summary_s = int(re.search(r"8 trials in (\d+) s", stdout).group(1))
     assert summary_s >= first("reading the database")  # TVM's start-up is in it
-    assert summary_s <= wall + 1
+    assert summary_s <= tuned.wall + 1
 
 
 def test_build_without_record_says_what_to_run(env):

@@ -119,14 +119,21 @@ def _wait_for_servers(port: int, key: str, count: int, timeout: float = 60.0) ->
     raise AssertionError(f"{len(found)} of {count} servers registered under {key!r}")
 
 
-@pytest.fixture
-def tracker(processes) -> int:
-    """A TVM RPC tracker on 127.0.0.1 (its port)."""
+@pytest.fixture(scope="module")
+def tracker(tmp_path_factory) -> int:
+    """A TVM RPC tracker on 127.0.0.1 (its port), one for the module: starting one imports TVM
+    (seconds); each test registers its servers under a key of its own."""
+    started = Processes(tmp_path_factory.mktemp("tracker"))
     port = _free_port()
-    processes.start("tracker", ["-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
-                                "--port", str(port), "--port-end", str(port + 1)])
-    _wait_for_port(port)
-    return port
+    started.start("tracker", ["-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
+                              "--port", str(port), "--port-end", str(port + 1)])
+    try:
+        _wait_for_port(port)
+        yield port
+    finally:
+        started.stop()
+    left = started.group_members()
+    assert not left, f"processes left after teardown: {[p.pid for p in left]}"
 
 
 def _tune(tmp_path, tracker_port: int, key: str, *extra, timeout: float = 600):
