@@ -133,6 +133,10 @@ def main(argv=None) -> int:
     parser.add_argument("--tp", default="1,2", help="TP sizes --build-only builds for")
     parser.add_argument("--jobs", type=int, default=os.cpu_count(),
                         help="--build-only's build processes")
+    parser.add_argument("--profile", default="", metavar="ROWS",
+                        help="batch sizes M (comma-separated) whose rows also record each "
+                             "algorithm's GPU time per kernel (torch.profiler over one timed "
+                             "run); rank 0 prints its own")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     backends = args.backends.split(",")
@@ -212,6 +216,9 @@ def main(argv=None) -> int:
                 results.append(row)
                 if rank == 0:
                     print(describe(row), flush=True)
+                    for name, kernels in row.get("profile_us", {}).items():
+                        print(f"    {name} GPU us per call: " + "; ".join(
+                            f"{kernel} {us:.1f}" for kernel, us in kernels.items()), flush=True)
                     if args.json:  # after every row: a run cut short keeps what it measured
                         write_json(args.json, results)
             if backend == "torch-dequant":
@@ -258,9 +265,34 @@ def run_row(mlps: dict, rows: int, k1: int, dtype, device, args, synchronize) ->
         for name in ALGORITHMS[shift:] + ALGORITHMS[:shift]:
             timings[name].append(time_calls(runs[name], args.iterations, synchronize))
     ms = {name: statistics.median(timings[name]) * 1e3 for name in ALGORITHMS}
-    return {**{f"{name}_ms": ms[name] for name in ALGORITHMS},
-            **{f"{name}_speedup": ms["naive"] / ms[name] for name in ALGORITHMS[1:]},
-            "max_rel_difference": difference, "timing": method}
+    row = {**{f"{name}_ms": ms[name] for name in ALGORITHMS},
+           **{f"{name}_speedup": ms["naive"] / ms[name] for name in ALGORITHMS[1:]},
+           "max_rel_difference": difference, "timing": method}
+    if device.type == "cuda" and str(rows) in args.profile.split(","):
+        row["profile_us"] = {name: kernel_times(runs[name], args.iterations, synchronize)
+                             for name in ALGORITHMS}
+    return row
+
+
+def kernel_times(run, iterations: int, synchronize) -> dict:
+    """{kernel name: GPU microseconds per MLP call} over one ``run`` of ``iterations`` calls
+    (torch.profiler; CUPTI reports each kernel of a graph replay), longest first, with
+    "all kernels": their sum. What the call's median leaves beyond that sum is launch gaps and
+    time the GPU waits (for a collective's peer, say)."""
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile
+
+    dist.barrier()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        synchronize()
+    kernels: dict[str, float] = {}
+    for event in prof.key_averages():
+        if str(getattr(event, "device_type", "")).endswith("CUDA"):
+            us = getattr(event, "self_device_time_total", 0.0)
+            kernels[event.key[:120]] = kernels.get(event.key[:120], 0.0) + us / iterations
+    ordered = dict(sorted(kernels.items(), key=lambda item: -item[1]))
+    return {"all kernels": sum(ordered.values()), **ordered}
 
 
 def model_layers(model: str, bits: int, group_size: int) -> MlpLayers:

@@ -140,18 +140,42 @@ class KernelLinear:
         # kernels of several M read one packing; each checks the digest of its own spec
         self.weights = replace(shared[key], spec_digest=spec.digest())
         self.index = None if index is None else torch.from_numpy(index).to(self.kernel.device)
+        #: whether the index reads the zero column (padding rows); else it only permutes
+        self.pads = index is not None and bool((index == shard.in_features).any())
         self.in_features = shard.in_features
+
+    def gather_first(self, columns: np.ndarray) -> None:
+        """From now on take x with its columns in the order before ``columns`` (int64 [K_local],
+        a permutation): ``self(x)`` computes what ``self(x[:, columns])`` did, in one gather
+        (the rank-sorted algorithm's local sort Q_r and the padded layout's index composed)."""
+        import torch
+
+        columns = np.asarray(columns, dtype=np.int64)
+        if columns.shape != (self.in_features,) or not np.array_equal(
+                np.sort(columns), np.arange(self.in_features)):
+            raise ArgumentError(f"columns must be a permutation of 0..{self.in_features - 1}; "
+                                f"got {columns.size} values")
+        if self.index is None:
+            index = columns
+        else:  # the zero column (index K_local) stays where it is
+            index = self.index.cpu().numpy()
+            index = np.where(index < self.in_features,
+                             columns[np.minimum(index, self.in_features - 1)], index)
+        self.index = torch.from_numpy(np.ascontiguousarray(index)).to(self.kernel.device)
+        self.pads = bool((index == self.in_features).any())
 
     def __call__(self, x):
         """x: [M, K_local] of the spec's dtype on the kernel's device -> [M, N_local], same
         dtype."""
         import torch
 
-        if self.index is not None:  # the padded layout: a zero column feeds the padding rows
+        if self.index is not None:
             if x.dim() != 2 or x.shape[1] != self.in_features:
                 raise ArgumentError(f"x must have shape [M, {self.in_features}] (K_local of the "
                                     f"shard); got {list(x.shape)}")
-            x = torch.nn.functional.pad(x, (0, 1)).index_select(1, self.index)
+            if self.pads:  # the padded layout: a zero column feeds the padding rows
+                x = torch.nn.functional.pad(x, (0, 1))
+            x = x.index_select(1, self.index)
         return self.kernel(x, self.weights)
 
 

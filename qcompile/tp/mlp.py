@@ -161,7 +161,16 @@ class TensorParallelMLP:
         self._up_index = torch.from_numpy(shards.up_permutation)
         self._gate_index = (torch.from_numpy(shards.gate_permutation)
                             if shards.gate_permutation is not None else None)
-        self._down_index = torch.from_numpy(shards.down_permutation)
+        down_index = shards.down_permutation
+        if shards.algorithm == "naive":  # only this rank's chunk of P2 is ever read
+            down_index = np.array_split(down_index, shards.size)[shards.rank]
+        self._down_index = torch.from_numpy(np.ascontiguousarray(down_index))
+        # rank-sorted: a backend that gathers its input anyway (a padded kernel layout) takes
+        # Q_r into that gather, one index_select per call instead of two
+        self._down_gathers = shards.algorithm == "rank_sorted" and hasattr(self.down,
+                                                                            "gather_first")
+        if self._down_gathers:
+            self.down.gather_first(shards.down_permutation)
 
     def to(self, device) -> TensorParallelMLP:
         """Move the permutation indices (the shards' backends place their own weights)."""
@@ -201,10 +210,9 @@ class TensorParallelMLP:
         import torch.distributed as dist
 
         hidden = self.first_layer(x)
-        if self.shards.algorithm == "naive":
-            full = self._gather_columns(hidden).index_select(1, self._down_index)
-            hidden = full.chunk(self.shards.size, dim=1)[self.shards.rank].contiguous()
-        elif self.shards.algorithm == "rank_sorted":
+        if self.shards.algorithm == "naive":  # this rank's chunk of the gathered columns by P2
+            hidden = self._gather_columns(hidden).index_select(1, self._down_index)
+        elif self.shards.algorithm == "rank_sorted" and not self._down_gathers:
             hidden = hidden.index_select(1, self._down_index)  # Q_r: this rank's columns only
         out = self.down(hidden)
         dist.all_reduce(out, op=dist.ReduceOp.SUM, group=self.group)

@@ -59,9 +59,9 @@ def test_half_activations_take_tensor_cores_where_the_layout_fits():
                       "cuda").name
 
     for fields in ({"m": 1}, {"m": 16}, {"m": 7, "dtype": "bfloat16"}, {"bits": 2}, {"bits": 3},
-                   {"bits": 8}, {"group_size": 32}, {"group_size": -1}):
+                   {"bits": 8}, {"group_size": 32}, {"group_size": -1}, {"act_order": True}):
         assert variant(**fields) == "uniform_cuda_mma_f16", fields
-    for fields in ({"dtype": "float32"}, {"m": 17}, {"act_order": True},
+    for fields in ({"dtype": "float32"}, {"m": 17},
                    {"bits": 8, "dtype": "bfloat16"}, {"n": 4104}):
         assert variant(**fields) == "uniform_cuda", fields
     spec = UniformSpec(k=4096, n=4096, m=16, dtype="bfloat16")
@@ -176,6 +176,65 @@ def test_emulated_kernel_matches_the_float64_product(m, bits, group_size, dtype,
         x=aligned(x.view(torch.int16).numpy().view(bits16)), y=y,
         qweight=aligned(operands["qweight"]),
         scales=aligned(operands["scales"]), zeros=aligned(operands["zeros"]))
+    got = torch.from_numpy(y.view(np.int16)).view(x.dtype).double().numpy()
+    reference = FAMILY.reference(spec, x.double().numpy(), **tensors)
+    error = np.abs(got - reference).max() / np.abs(reference).max()
+    assert error <= TOLERANCE[dtype], error
+
+
+@pytest.mark.parametrize(("m", "bits", "group_size", "dtype"), [
+    (1, 4, 128, "float16"), (11, 3, 32, "bfloat16"), (4, 2, 64, "float16"),
+    (16, 8, 128, "float16")])
+def test_emulated_act_order_kernel_gathers_x_itself(m, bits, group_size, dtype):
+    """act_order specs take x in the checkpoint's order and a perm operand: the kernel reads
+    x[:, perm[k]] for the reordered row k (no gather before the call), same product."""
+    from qcompile.tp.synthetic import random_act_order_layer
+
+    k, n = 512, 64
+    spec = UniformSpec(k=k, n=n, m=m, bits=bits, group_size=group_size, dtype=dtype,
+                       act_order=True)
+    layer = random_act_order_layer(k, n, bits, group_size, np.random.default_rng(bits))
+    tensors = {"qweight": layer.qweight, "scales": layer.scales, "qzeros": layer.qzeros,
+               "g_idx": layer.g_idx}
+    assert not np.array_equal(layer.g_idx, np.arange(k) // group_size)  # scrambled
+    prepared = FAMILY.prepare(spec, **tensors, layout=layout.mma_f16(bits, block_rows(spec)))
+    assert prepared.names == ("qweight", "scales", "zeros", "perm")
+    operands = dict(zip(prepared.names, (t.numpy() for t in prepared.tensors), strict=True))
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(getattr(torch, dtype))
+    bits16 = np.float16 if dtype == "float16" else np.uint16
+    y = aligned(np.zeros((m, n), bits16))
+    emulate(scheduled(spec).mod, TARGET)(
+        x=aligned(x.view(torch.int16).numpy().view(bits16)), y=y,
+        qweight=aligned(operands["qweight"]), scales=aligned(operands["scales"]),
+        zeros=aligned(operands["zeros"]), perm=aligned(operands["perm"]))
+    got = torch.from_numpy(y.view(np.int16)).view(x.dtype).double().numpy()
+    reference = FAMILY.reference(spec, x.double().numpy(), **tensors)
+    error = np.abs(got - reference).max() / np.abs(reference).max()
+    assert error <= TOLERANCE[dtype], error
+
+
+@pytest.mark.parametrize(("buffers", "bits", "m", "dtype"), [
+    (3, 4, 1, "float16"), (4, 2, 9, "bfloat16"), (5, 3, 4, "float16")])
+def test_emulated_kernel_with_more_word_buffers(monkeypatch, buffers, bits, m, dtype):
+    """WORD_BUFFERS > 2 (units in flight per warp; a knob the split study sweeps): a warp
+    walking 7 units, whole rings and a tail, gives the same product."""
+    from qcompile.kernels.uniform import compute_cuda_mma_f16 as kernel_module
+
+    monkeypatch.setitem(kernel_module.WORD_BUFFERS, bits, buffers)
+    monkeypatch.setattr(kernel_module, "TARGET_WARPS", {1: 1, 2: 1})  # one warp per K: 7 units
+    k, n = 7 * UNIT_ROWS, 32
+    spec = UniformSpec(k=k, n=n, m=m, bits=bits, group_size=64, dtype=dtype)
+    assert k_split(spec) == 1
+    tensors = FAMILY.example_tensors(spec, np.random.default_rng(buffers))
+    prepared = FAMILY.prepare(spec, **tensors, layout=layout.mma_f16(bits, block_rows(spec)))
+    operands = dict(zip(prepared.names, (t.numpy() for t in prepared.tensors), strict=True))
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(getattr(torch, dtype))
+    bits16 = np.float16 if dtype == "float16" else np.uint16
+    y = aligned(np.zeros((m, n), bits16))
+    emulate(scheduled(spec).mod, TARGET)(
+        x=aligned(x.view(torch.int16).numpy().view(bits16)), y=y,
+        qweight=aligned(operands["qweight"]), scales=aligned(operands["scales"]),
+        zeros=aligned(operands["zeros"]))
     got = torch.from_numpy(y.view(np.int16)).view(x.dtype).double().numpy()
     reference = FAMILY.reference(spec, x.double().numpy(), **tensors)
     error = np.abs(got - reference).max() / np.abs(reference).max()

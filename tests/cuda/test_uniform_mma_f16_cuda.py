@@ -60,6 +60,27 @@ def test_symmetric_weights(tmp_path, bits):
           sym=True)
 
 
+@pytest.mark.parametrize(("k", "n", "m", "bits", "group_size", "dtype"), [
+    (8192, 28672, 1, 4, 128, "float16"), (4096, 1024, 16, 3, 32, "bfloat16"),
+    (2048, 1024, 5, 2, 64, "float16"), (1024, 512, 9, 8, 128, "float16")])
+def test_act_order_kernels_gather_x_themselves(tmp_path, k, n, m, bits, group_size, dtype):
+    """act_order specs: x in the checkpoint's order, the kernel reads x[:, perm[k]]."""
+    from qcompile.tp.synthetic import random_act_order_layer
+
+    spec = UniformSpec(k=k, n=n, m=m, bits=bits, group_size=group_size, dtype=dtype,
+                       act_order=True)
+    assert compute_for(spec, "cuda").attrs["qcompile.compute"] == COMPUTE_NAME
+    kernel = qcompile.load(build_untuned(spec, PRESET, tmp_path).so_path)
+    layer = random_act_order_layer(k, n, bits, group_size, np.random.default_rng(m))
+    tensors = {"qweight": layer.qweight, "scales": layer.scales, "qzeros": layer.qzeros,
+               "g_idx": layer.g_idx}
+    x = torch.randn(m, k, device="cuda").to(getattr(torch, dtype))
+    got = kernel(x, kernel.prepare(**tensors)).double().cpu().numpy()
+    reference = FAMILY.reference(spec, x.double().cpu().numpy(), **tensors)
+    error = float(np.abs(got - reference).max() / np.abs(reference).max())
+    assert np.isfinite(got).all() and error <= TOLERANCE[dtype], error
+
+
 def test_tune_then_build(tmp_path):
     spec = UniformSpec(k=1024, n=512, m=16, dtype="float16")
     storage = Storage(f"sqlite:///{tmp_path / 'db.sqlite'}")

@@ -95,3 +95,26 @@ def test_kernel_linears_of_several_rows_share_one_packing(tmp_path, kernels):
         error = np.abs(linear(x).numpy() - expected).max() / np.abs(expected).max()
         assert error < 1e-5, (rows, error)
     assert len(shared) == 2  # one padded layer, one packing for both kernels
+
+
+def test_gather_first_composes_a_permutation_with_the_padded_layout(kernels):
+    """The rank-sorted MLP hands its local sort Q_r to the down layer's KernelLinear, which
+    composes it with its padding index: one gather per call, the same product as
+    ``linear(x[:, Q_r])``; anything but a permutation of K_local is one clear error."""
+    import torch
+
+    from qcompile.errors import ArgumentError
+    from qcompile.tp.local_linear import KernelLinear
+
+    layers = _layers(gated=False, bits=4, group_size=64, seed=0)
+    shard = shard_mlp(layers, 1, 2, "rank_sorted").down
+    plain = KernelLinear(shard, kernels, ROWS)
+    composed = KernelLinear(shard, kernels, ROWS)
+    assert plain.pads  # a sorted shard of scrambled groups needs padding rows
+    columns = np.random.default_rng(3).permutation(shard.in_features)
+    composed.gather_first(columns)
+    x = torch.randn(ROWS, shard.in_features, generator=torch.Generator().manual_seed(5))
+    np.testing.assert_array_equal(composed(x).numpy(),
+                                  plain(x[:, torch.from_numpy(columns)]).numpy())
+    with pytest.raises(ArgumentError, match="permutation of 0..255"):
+        composed.gather_first(np.zeros(shard.in_features, dtype=np.int64))

@@ -84,7 +84,7 @@ def write(directory: str | Path, config, *, bits: int = 4, group_size: int = 128
 
     directory = Path(directory)
     settings = {"config": config.to_dict(), "bits": bits, "group_size": group_size,
-                "seed": seed, "weight_std": weight_std, "version": 1}
+                "seed": seed, "weight_std": weight_std, "version": 2}
     marker = directory / MARKER
     if marker.is_file() and json.loads(marker.read_text()) == json.loads(json.dumps(settings)):
         return directory
@@ -122,9 +122,12 @@ def random_layer(k: int, n: int, bits: int, group_size: int, generator, device: 
                  weight_std: float):
     """GPTQ tensors of one random K x N layer (``qcompile.gptq.GptqTensors``, numpy).
 
-    qweight: every bit uniform, so every code is uniform in [0, 2^bits). Zero-points z:
-    2^(bits-1) - 1, 2^(bits-1) or 2^(bits-1) + 1, so the codes minus z have a standard deviation
-    near ``sqrt((4^bits - 1) / 12)``; scales: ``weight_std`` over that, times U(0.8, 1.2).
+    qweight: every bit uniform, so every code is uniform in [0, 2^bits), of mean
+    (2^bits - 1) / 2. Zero-points z: 2^(bits-1) - 1 or 2^(bits-1), equally likely, so the codes
+    minus z have mean 0 (a zero-point off the codes' mean gives every column of every layer
+    the same bias: x's sum, scaled, added to every output, which grows by about ``scale * K / 2``
+    per layer and overflowed fp16 within 32 layers) and a standard deviation near
+    ``sqrt((4^bits - 1) / 12 + 1 / 4)``; scales: ``weight_std`` over that, times U(0.8, 1.2).
     """
     import torch
 
@@ -137,8 +140,8 @@ def random_layer(k: int, n: int, bits: int, group_size: int, generator, device: 
                           device=device)
     qweight = words.view(torch.int32).reshape(rows, n).cpu().numpy()
     middle = 1 << (bits - 1)
-    zeros = middle + torch.randint(-1, 2, (groups, n), generator=generator, device=device)
-    spread = math.sqrt((4 ** bits - 1) / 12 + 2 / 3)  # codes' variance plus the zeros'
+    zeros = middle - 1 + torch.randint(0, 2, (groups, n), generator=generator, device=device)
+    spread = math.sqrt((4 ** bits - 1) / 12 + 1 / 4)  # codes' variance plus the zeros'
     factor = 0.8 + 0.4 * torch.rand((groups, n), generator=generator, device=device)
     scales = (factor * (weight_std / spread)).to(torch.float16).cpu().numpy()
     qzeros = pack_gptq_zeros(zeros.cpu().numpy().astype(np.int64), bits, "v1")

@@ -4,12 +4,13 @@ GPU, in one run: the rule's choice (``k_split``) against the splits it passes ov
 The split is how many warps share one 32-column slice of W, each walking a slice of K; more
 warps hide more latency until the grid no longer fits one wave. ``k_split`` picks the fewest
 that give the grid ``TARGET_WARPS`` warps; this study rebuilds each kernel with that target
-scaled (``--targets``), checks each against the float64 product of its x, and times them as
-tools/harness/cuda_timing.py does (CUDA graphs, weights rotating past the L2, interleaved
-rounds, medians).
+scaled (``--targets``) and with each count of word buffers (``--buffers``: the units of words
+in flight per lane are one fewer, ``WORD_BUFFERS``), checks each against the float64 product
+of its x, and times them as tools/harness/cuda_timing.py does (CUDA graphs, weights rotating
+past the L2, interleaved rounds, medians).
 
     python tools/studies/f16_split_sweep.py --shapes 8192x28672,4096x4096 --batches 1,16 \\
-        --json split.json
+        --buffers 2,3,4 --json split.json
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     parser.add_argument("--targets", default="0.5,1,2,4",
                         help="multiples of TARGET_WARPS to build for")
+    parser.add_argument("--buffers", default="",
+                        help="word buffers per lane to try at every split (WORD_BUFFERS; "
+                             "default: the module's for --bits)")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
@@ -50,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
 
     family, preset = get_family("uniform"), targets.get("cuda")
     default_target = kernel_module.TARGET_WARPS
+    default_buffers = kernel_module.WORD_BUFFERS[args.bits]
+    buffer_counts = [int(v) for v in args.buffers.split(",") if v] or [default_buffers]
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for shape in args.shapes.split(","):
@@ -65,34 +71,39 @@ def main(argv: list[str] | None = None) -> int:
                 reference = family.reference(spec, x.double().cpu().numpy(), **tensors)
                 timers, splits = [], {}
                 rule = kernel_module.k_split(spec)
-                for multiple in (float(v) for v in args.targets.split(",")):
+                for multiple, buffers in [(float(v), b) for v in args.targets.split(",")
+                                          for b in buffer_counts]:
                     kernel_module.TARGET_WARPS = {
                         tiles: int(warps * multiple) for tiles, warps in default_target.items()}
+                    kernel_module.WORD_BUFFERS[args.bits] = buffers
                     split = kernel_module.k_split(spec)
-                    if split in splits.values():
+                    if (split, buffers) in splits.values():
                         continue
-                    out = Path(scratch) / f"{spec.name()}_ks{split}"
+                    out = Path(scratch) / f"{spec.name()}_ks{split}_b{buffers}"
                     kernel = qcompile.load(build_untuned(spec, preset, out).so_path)
                     prepared = kernel.prepare(**tensors)
                     y = torch.full((m, n), float("nan"), device="cuda", dtype=x.dtype)
                     kernel.function(x, *prepared.tensors, y)
                     got = y.double().cpu().numpy()
                     error = float(np.abs(got - reference).max() / np.abs(reference).max())
-                    print(f"{spec.name()} split {split}: max rel error {error:.2e}", flush=True)
+                    label = f"split {split} buffers {buffers}"
+                    print(f"{spec.name()} {label}: max rel error {error:.2e}", flush=True)
                     if not error <= (2e-3 if args.dtype == "float16" else 1e-2):
-                        raise SystemExit(f"{spec.name()} split {split}: error {error:.2e}")
+                        raise SystemExit(f"{spec.name()} {label}: error {error:.2e}")
                     copies = cuda_timing.rotating(tuple(prepared.tensors), prepared.nbytes())
                     calls = [lambda w=w, f=kernel.function, x=x, y=y: f(x, *w, y) for w in copies]
                     nbytes = family.bytes_read(spec)
-                    name = f"split {split}" + (" (rule)" if split == rule else "")
-                    splits[name] = split
+                    name = label + (" (rule)" if (split, buffers) == (rule, default_buffers)
+                                    else "")
+                    splits[name] = (split, buffers)
                     timers.append(cuda_timing.GraphTimer(name, calls, nbytes))
+                kernel_module.WORD_BUFFERS[args.bits] = default_buffers
                 kernel_module.TARGET_WARPS = default_target
                 results = cuda_timing.interleaved(timers, args.rounds)
                 for name, result in results.items():
                     rows.append({"k": k, "n": n, "m": m, "bits": args.bits,
-                                 "dtype": args.dtype, "split": splits[name], "name": name,
-                                 **result})
+                                 "dtype": args.dtype, "split": splits[name][0],
+                                 "buffers": splits[name][1], "name": name, **result})
                     print(f"{k}x{n} M={m} {name}: {result['median_us']:.1f} us "
                           f"{result['tbps']:.2f} TB/s", flush=True)
     if args.json:

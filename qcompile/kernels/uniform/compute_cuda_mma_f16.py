@@ -38,12 +38,15 @@ steps of 16): per unit and tile a lane reads its ``2 b`` words (layout ``mma_f16
 :func:`word_position`), per group its 4 scales and 4 zeros (:func:`scale_position`), and per
 unit its 32 halves of x for each tile of 8 rows: lane thread t multiplies rows
 ``block / 4 * t .. + block / 4`` of each block of K (:func:`x_row`), so its x is contiguous
-(128-bit loads). Two register buffers of words alternate: the next unit's words are in flight
-while this unit's are multiplied.
+(128-bit loads). Register buffers of words take turns (:data:`WORD_BUFFERS`, two by
+default): the next units' words are in flight while this unit's are multiplied.
+
+**act_order** specs read x in the checkpoint's order through ``perm`` (x[:, perm[k]] for the
+reordered row k), 8 indices at a time, instead of a gather before the call.
 
 Operands: x float16/bfloat16 [M, K]; qweight int32 [N/16, K/128, 64 b] (:func:`word_position`);
 scales float16 [G, N] and zeros uint8 [G, N], each warp's 32 columns in :func:`scale_position`'s
-order; y [M, N] in x's dtype.
+order; for act_order specs perm int32 [K]; y [M, N] in x's dtype.
 """
 
 from __future__ import annotations
@@ -88,6 +91,11 @@ K_SPLITS = (1, 2, 4, 8, 16)
 TARGET_WARPS = {1: 48 * 132, 2: 12 * 132}
 #: Fewest units of K a warp walks.
 MIN_UNITS_PER_WARP = 2
+#: Word buffers a lane cycles through, by bit width: the words of ``buffers - 1`` units are in
+#: flight while one unit multiplies. 2 alternates even and odd units. (8-bit codes, 4 KB a warp
+#: and unit, read at 87% of the copy bandwidth where 4-bit, 2 KB, read at 70% and 2-bit at 50%
+#: on an H200: a warp's bytes in flight look like the limit; more buffers cost registers.)
+WORD_BUFFERS = {2: 2, 3: 2, 4: 2, 8: 2}
 #: lop3's look-up table for ``(a & b) | c``.
 AND_OR = 0xEA
 
@@ -100,8 +108,6 @@ def problems_with(spec: UniformSpec) -> list[str]:
                         "take x as the model hands it)")
     if spec.int8_activations:
         problems.append("int8_activations must be False (int8 x takes the int8 kernels)")
-    if spec.act_order:
-        problems.append("act_order must be False (prepare gathers x before the kernel)")
     if spec.bits not in BITS:
         problems.append(f"bits={spec.bits} must be one of {BITS}")
     elif spec.bits == 8 and spec.dtype == "bfloat16":
@@ -368,16 +374,49 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
                 T.buffer_store(words, qweight[vw * CT + ct, unit, T.ramp(
                     word_position(vl, first, bits), 1, count)], [ct, T.ramp(first, 1, count)])
 
-    def load_x(x, xv, unit, vl):
-        # the lane's 32 halves of each 8-row tile, 4 x 8 contiguous (x_row); rows past M are
-        # zeros, never loaded. Then each B register is divided by 2^offset of its A registers.
-        # (Vector loops, not vector expressions: MetaSchedule's feature extraction takes no
-        # Broadcast node.)
+    def x_start(unit, v, vl):
+        # the first of the lane's v-th run of 8 halves within a unit (x_row)
         run = block // 4
+        return unit * UNIT_ROWS + 8 * v // run * block + run * (vl % 4) + 8 * v % run
+
+    def gather_x(x, perm, xv, pv, unit, vl):
+        # act_order: the same 32 positions, each read at x[:, perm[k]] (8 indices a vector)
+        for v in range(4):
+            start = x_start(unit, v, vl)
+            for half in range(2):
+                with T.vectorized(4) as e:
+                    T.buffer_store(pv, perm[start + 4 * half + e], [4 * half + e])
+            for mt in range(MT):
+                row = mt * TILE_ROWS + vl // 4
+                for e in range(8):
+                    T.buffer_store(xv, T.if_then_else(
+                        row < M, x[T.min(row, M - 1), pv[e]], T.Cast(dtype, 0)),
+                        [mt, 8 * v + e])
+
+    def scale_x(xv, mt):
+        # each B register divided by 2^offset of the A registers it meets (exact)
+        for step in range(_STEPS):
+            for h in range(2):
+                offset = plan[step][2 * h].offset
+                if offset:
+                    with T.vectorized(2) as e:
+                        at = 4 * step + 2 * h + e
+                        T.buffer_store(xv, xv[mt, at] * T.Cast(
+                            dtype, T.float32(1.0 / (1 << offset))), [mt, at])
+
+    def load_x(x, perm, xv, unit, vl):
+        # the lane's 32 halves of each 8-row tile, 4 x 8 contiguous (x_row); rows past M are
+        # zeros, never loaded; then scaled (scale_x). (Vector loops, not vector expressions:
+        # MetaSchedule's feature extraction takes no Broadcast node.)
+        if perm is not None:
+            gather_x(x, perm, xv, local["pv"], unit, vl)
+            for mt in range(MT):
+                scale_x(xv, mt)
+            return
         for mt in range(MT):
             row = mt * TILE_ROWS + vl // 4
             for v in range(4):
-                start = unit * UNIT_ROWS + 8 * v // run * block + run * (vl % 4) + 8 * v % run
+                start = x_start(unit, v, vl)
                 # (where no register is scaled, the first 8 halves load in pairs: with only
                 # 8-wide accesses, TVM retypes xv as uint4 and misplaces the mma's operand
                 # offsets, which count halves)
@@ -388,14 +427,7 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
                         T.buffer_store(xv, T.if_then_else(
                             row < M, x[T.min(row, M - 1), start + at], T.Cast(dtype, 0)),
                             [mt, 8 * v + at])
-            for step in range(_STEPS):
-                for h in range(2):
-                    offset = plan[step][2 * h].offset
-                    if offset:
-                        with T.vectorized(2) as e:
-                            at = 4 * step + 2 * h + e
-                            T.buffer_store(xv, xv[mt, at] * T.Cast(
-                                dtype, T.float32(1.0 / (1 << offset))), [mt, at])
+            scale_x(xv, mt)
 
     def group_offsets(zeros, zr, off, group, vw, vl):
         # A registers of -(B0 + 2^o z) per tile and offset pattern, z of columns g and g + 8
@@ -427,8 +459,9 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
             "m16n8k16", "row", "col", mma_type, mma_type, "fp32", a_buffer.data, a_offset,
             xv.data, x_offset, c.data, c_offset, False, dtype="float32"))
 
-    def unit_gemm(x, scales, zeros, words, unit, vw, vl, xv, a, off, c, acc, sc, zr):
-        load_x(x, xv, unit, vl)
+    def unit_gemm(x, perm, scales, zeros, words, unit, vw, vl, xv, a, off, c, acc, sc,
+                  zr):
+        load_x(x, perm, xv, unit, vl)
         for gi in range(groups_per_unit):
             group = group_of(unit, gi)
             T.buffer_store(sc, scales[group, T.ramp(
@@ -450,51 +483,98 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
                             "float32", sc[2 * ct + i // 2]) * c[ct, mt, i], [ct, mt, i])
                         T.buffer_store(c, T.float32(0), [ct, mt, i])
 
-    @T.prim_func(s_tir=True)
-    def uniform_gemm_cuda_mma_f16(
-        x: T.Buffer((M, K), dtype),
-        qweight: T.Buffer((N // TILE_COLUMNS, K // UNIT_ROWS, 32 * NW), "int32"),
-        scales: T.Buffer((G, N), "float16"),
-        zeros: T.Buffer((G, N), "uint8"),
-        y: T.Buffer((M, N), dtype),
-    ):
+    def warp_reads(x, perm, qweight, scales, zeros, vw, vs):
+        # a K slice of x, or all of x's columns when they are gathered (act_order)
+        rows = slice(vs * US * UNIT_ROWS, (vs + 1) * US * UNIT_ROWS)
+        regions = [x[0:M, rows] if perm is None else x[0:M, 0:K],
+                   qweight[vw * CT:vw * CT + CT, vs * US:vs * US + US, 0:32 * NW],
+                   scales[0:G, vw * WARP_COLUMNS:vw * WARP_COLUMNS + WARP_COLUMNS],
+                   zeros[0:G, vw * WARP_COLUMNS:vw * WARP_COLUMNS + WARP_COLUMNS]]
+        return regions if perm is None else [*regions, perm[rows]]
+
+    local = {}  # buffers only some kernels have (TVMScript binds no name to None)
+    D = WORD_BUFFERS[bits]
+
+    def allocate_word_buffers():
+        if D > 2:
+            local["words"] = [T.sblock_alloc_buffer((CT, NW), "int32", scope="local")
+                              for _ in range(D)]
+
+    def ring_gemm(x, perm, qweight, scales, zeros, first, vw, vl, xv, a, off, c, acc, sc, zr):
+        # D > 2 word buffers: unit u multiplies from buffer u % D while units u + 1 ..
+        # u + D - 1 are in flight (buffer indices are Python ints: registers, not memory)
+        words = local["words"]
+
+        def step(u, i):  # u: the unit (a TIR expression), i = u % D
+            ahead = u + D - 1
+            load = lambda: load_words(qweight, words[(i + D - 1) % D], first + ahead, vw, vl)  # noqa: E731
+            if isinstance(ahead, int):
+                if ahead < US:
+                    load()
+            else:
+                with T.If(ahead < US):
+                    with T.Then():
+                        load()
+            unit_gemm(x, perm, scales, zeros, words[i], first + u, vw, vl, xv, a, off, c, acc,
+                      sc, zr)
+
+        for i in range(min(D - 1, US)):
+            load_words(qweight, words[i], first + i, vw, vl)
+        if US // D:
+            with T.serial(US // D) as chunk:
+                for i in range(D):
+                    step(chunk * D + i, i)
+        for i in range(US % D):
+            step(US // D * D + i, i)
+
+    def allocate_index_buffer(perm):
+        # act_order: 8 indices of perm at a time
+        if perm is not None:
+            local["pv"] = T.sblock_alloc_buffer((8,), "int32", scope="local")
+
+    @T.macro
+    def gemm(x, qweight, scales, zeros, y, perm):
         T.func_attr(attrs)
         partial = T.sblock_alloc_buffer((W, KS, MT * TILE_ROWS, WARP_COLUMNS), "float32")
         total = T.sblock_alloc_buffer((M, N), "float32")
         for warp, part, lane in T.grid(W, KS, 32):
             with T.sblock("warp_gemm"):
                 vw, vs, vl = T.axis.remap("SSS", [warp, part, lane])
-                T.reads(x[0:M, vs * US * UNIT_ROWS:(vs + 1) * US * UNIT_ROWS],
-                        qweight[vw * CT:vw * CT + CT, vs * US:vs * US + US, 0:32 * NW],
-                        scales[0:G, vw * WARP_COLUMNS:vw * WARP_COLUMNS + WARP_COLUMNS],
-                        zeros[0:G, vw * WARP_COLUMNS:vw * WARP_COLUMNS + WARP_COLUMNS])
+                T.reads(warp_reads(x, perm, qweight, scales, zeros, vw, vs))
                 T.writes(partial[vw, vs, 0:MT * TILE_ROWS, 0:WARP_COLUMNS])
                 xv = T.sblock_alloc_buffer((MT, 32), dtype, scope="local")
+                allocate_index_buffer(perm)
                 a = T.sblock_alloc_buffer((CT, 4), "uint32", scope="local")
                 off = T.sblock_alloc_buffer((CT, P, 4), "uint32", scope="local")
                 c = T.sblock_alloc_buffer((CT, MT, 4), "float32", scope="local")
                 acc = T.sblock_alloc_buffer((CT, MT, 4), "float32", scope="local")
                 even = T.sblock_alloc_buffer((CT, NW), "int32", scope="local")
                 odd = T.sblock_alloc_buffer((CT, NW), "int32", scope="local")
+                allocate_word_buffers()
                 sc = T.sblock_alloc_buffer((2 * CT,), "float16", scope="local")
                 zr = T.sblock_alloc_buffer((2 * CT,), "uint8", scope="local")
                 for ct, mt, i in T.grid(CT, MT, 4):
                     acc[ct, mt, i] = T.float32(0)
                     c[ct, mt, i] = T.float32(0)
                 first = vs * US
-                load_words(qweight, even, first, vw, vl)
-                # two buffers alternate: a unit's words arrive while the previous one's multiply
-                for u2 in T.serial(US // 2):
-                    load_words(qweight, odd, first + 2 * u2 + 1, vw, vl)
-                    unit_gemm(x, scales, zeros, even, first + 2 * u2, vw, vl, xv, a, off, c,
-                               acc, sc, zr)
-                    if 2 * u2 + 2 < US:
-                        load_words(qweight, even, first + 2 * u2 + 2, vw, vl)
-                    unit_gemm(x, scales, zeros, odd, first + 2 * u2 + 1, vw, vl, xv, a, off,
-                               c, acc, sc, zr)
-                if US % 2 == 1:
-                    unit_gemm(x, scales, zeros, even, first + US - 1, vw, vl, xv, a, off, c,
-                               acc, sc, zr)
+                if D == 2:
+                    load_words(qweight, even, first, vw, vl)
+                    # two buffers alternate: a unit's words arrive while the previous one's
+                    # multiply
+                    for u2 in T.serial(US // 2):
+                        load_words(qweight, odd, first + 2 * u2 + 1, vw, vl)
+                        unit_gemm(x, perm, scales, zeros, even, first + 2 * u2, vw, vl, xv, a,
+                                  off, c, acc, sc, zr)
+                        if 2 * u2 + 2 < US:
+                            load_words(qweight, even, first + 2 * u2 + 2, vw, vl)
+                        unit_gemm(x, perm, scales, zeros, odd, first + 2 * u2 + 1, vw, vl, xv,
+                                  a, off, c, acc, sc, zr)
+                    if US % 2 == 1:
+                        unit_gemm(x, perm, scales, zeros, even, first + US - 1, vw, vl, xv, a,
+                                  off, c, acc, sc, zr)
+                else:
+                    ring_gemm(x, perm, qweight, scales, zeros, first, vw, vl, xv, a, off, c, acc,
+                              sc, zr)
                 for ct, mt, i in T.grid(CT, MT, 4):
                     partial[vw, vs, mt * TILE_ROWS + 2 * (vl % 4) + i % 2,
                             ct * TILE_COLUMNS + vl // 4 + 8 * (i // 2)] = acc[ct, mt, i]
@@ -509,5 +589,29 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
             with T.sblock("y_out"):
                 vm, vn = T.axis.remap("SS", [m, n])
                 y[vm, vn] = T.Cast(dtype, total[vm, vn])
+
+    if spec.act_order:
+        @T.prim_func(s_tir=True)
+        def uniform_gemm_cuda_mma_f16_gather(
+            x: T.Buffer((M, K), dtype),
+            qweight: T.Buffer((N // TILE_COLUMNS, K // UNIT_ROWS, 32 * NW), "int32"),
+            scales: T.Buffer((G, N), "float16"),
+            zeros: T.Buffer((G, N), "uint8"),
+            perm: T.Buffer((K,), "int32"),
+            y: T.Buffer((M, N), dtype),
+        ):
+            gemm(x, qweight, scales, zeros, y, perm)
+
+        return uniform_gemm_cuda_mma_f16_gather
+
+    @T.prim_func(s_tir=True)
+    def uniform_gemm_cuda_mma_f16(
+        x: T.Buffer((M, K), dtype),
+        qweight: T.Buffer((N // TILE_COLUMNS, K // UNIT_ROWS, 32 * NW), "int32"),
+        scales: T.Buffer((G, N), "float16"),
+        zeros: T.Buffer((G, N), "uint8"),
+        y: T.Buffer((M, N), dtype),
+    ):
+        gemm(x, qweight, scales, zeros, y, None)
 
     return uniform_gemm_cuda_mma_f16
