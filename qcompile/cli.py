@@ -28,11 +28,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
 import warnings
 from pathlib import Path
+
+# torch's OpenMP workers must not spin beside the kernels' own thread pool (qcompile.hf's
+# warn_if_thread_pools_spin says why); read once, when torch first loads, so set before that
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 

@@ -127,7 +127,28 @@ def from_gptq(path: str | Path, target: str = "avx2", db: str | None = None, *,
     model.to(device)  # a CUDA target's kernels and weights are on the GPU already
     model.qcompile = prepare_kernels(model, batch_sizes=batch_sizes, dtype=dtype,
                                      checkpoint=str(directory), fused=fuse)
+    if device.type == "cpu":
+        warn_if_thread_pools_spin()
     return model
+
+
+def warn_if_thread_pools_spin() -> None:
+    """One warning when torch's OpenMP threads would spin beside the kernels' thread pool.
+
+    After each parallel region torch's OpenMP workers keep spinning for a while; on a CPU
+    model the next call is usually a qcompile kernel, whose own worker threads then share the
+    cores with spinning ones (TinyLlama on 2 cores: 3.6 decode tokens/s, 9.6 with
+    OMP_WAIT_POLICY=PASSIVE; docs/results.md). The policy is read once, when torch loads
+    OpenMP, so only the environment of a new process can set it.
+    """
+    import os
+    import warnings
+
+    if torch.get_num_threads() > 1 and os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
+        warnings.warn("torch's OpenMP threads spin between calls and slow qcompile's CPU "
+                      "kernels about 2.5x in a model: start Python with "
+                      "OMP_WAIT_POLICY=PASSIVE (the qcompile CLI and tools/bench.py do), or "
+                      "torch.set_num_threads(1)", RuntimeWarning, stacklevel=3)
 
 
 def dequantized(path: str | Path, dtype: torch.dtype = torch.float64,

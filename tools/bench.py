@@ -19,8 +19,13 @@ Examples (tools/README.md lists the commands behind every file in tools/results)
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+
+# before torch loads: its OpenMP workers must not spin beside our kernels' thread pool
+# (qcompile.hf.warn_if_thread_pools_spin)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tools.harness
 

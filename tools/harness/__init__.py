@@ -10,6 +10,7 @@ One concept per module, in the order a benchmark uses them:
 ``peers``        the kernels we compare with (torch, llama.cpp, humming-kernels)
 ``llama_cpp``    llama.cpp's CPU mul_mat: ggml built on demand into a cache, our C harness
 ``random_gptq``  a random GPTQ Llama checkpoint written fast (codes drawn, not quantized)
+``llama_bench``  llama.cpp's llama-bench on a GGUF of a transformers Llama, built on demand
 ``models``       whole-model engines: ours, transformers dense, humming-kernels' layers
 ``decode``       a model's decode steps over a static KV cache (CUDA graphs), prefill, profile
 ``results``      JSON result files: date, device, command, medians, ratios

@@ -1,5 +1,7 @@
 """A whole model: decode and prefill tokens/s of a GPTQ Llama on qcompile kernels, with
-transformers fp32 (the same weights, dequantized) as the peer in the same run.
+transformers fp32 (the same weights, dequantized) and llama.cpp's own ``llama-bench`` (a GGUF
+of the same weights, quantized by llama.cpp to ``--llama-cpp``'s types) as peers in the same
+run.
 
 The model is random (a TinyLlama-1.1B shape by default), quantized by rounding to nearest and
 written as a GPTQ checkpoint by ``qcompile.hf.write_gptq`` (``--checkpoint DIR`` keeps it for
@@ -11,7 +13,13 @@ the next run). Per round, each engine in turn:
 
 Both engines are checked first: the same greedy tokens for a short prompt. Kernels come from
 the database (``qcompile tune --from-gptq DIR --batch 1,4,16 --fused``; untuned otherwise,
-which the result records).
+which the result records). Then torch.profiler says which share of a B = 1 generation (a
+one-token prompt, --decode-tokens steps) is spent inside ``qcompile::quant_linear``.
+
+llama.cpp (built on demand: tools/harness/llama_bench.py) runs after our rounds, with the same
+threads: llama-bench's batch-1 decode (``-n``) and its prefill of --prompt tokens (``-p``),
+averaged over --rounds repetitions; it has no batched decode, so B > 1 rows have no llama.cpp
+figure.
 """
 
 from __future__ import annotations
@@ -39,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decode-tokens", type=int, default=16)
     parser.add_argument("--prompt", type=int, default=512, help="prefill prompt tokens")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--llama-cpp", default="Q4_K_M,Q4_0", metavar="TYPES",
+                        help="llama.cpp types to quantize the GGUF to and run with llama-bench "
+                             "(comma-separated; 'none' for no llama.cpp peer)")
     parser.add_argument("--json", metavar="PATH")
 
 
@@ -101,6 +112,10 @@ def main(args) -> int:
         ids = prompt(1, args.prompt)
         for name, model in engines.items():
             prefill[name].append(hf.generate(model, ids, 1).prefill_tokens_per_s)
+    share = kernel_share(ours, vocabulary, args.decode_tokens)
+    print(f"  B=1 generation: {share['kernel_share']:.0%} of {share['wall_ms']:.0f} ms inside "
+          f"qcompile::quant_linear ({share['calls']} calls)", flush=True)
+    peer = llama_cpp_rows(args, engines["transformers_fp32"], directory, torch.get_num_threads())
     rows = []
     for batch in args.batches:
         row = {"phase": "decode", "batch": batch, **{
@@ -108,6 +123,12 @@ def main(args) -> int:
         rows.append(row)
     rows.append({"phase": "prefill", "prompt": args.prompt, **{
         f"{name}_tokens_per_s": median(prefill[name]) for name in engines}})
+    for kind, figures in peer.get("types", {}).items():
+        for row in rows:
+            if row["phase"] == "prefill" or row["batch"] == 1:
+                tokens_per_s = figures[f"{row['phase']}_tokens_per_s"]
+                row[f"llama_cpp_{kind}_tokens_per_s"] = tokens_per_s
+                row[f"qcompile_over_llama_cpp_{kind}"] = row["qcompile_tokens_per_s"] / tokens_per_s
     for row in rows:
         row["qcompile_over_transformers"] = (row["qcompile_tokens_per_s"]
                                              / row["transformers_fp32_tokens_per_s"])
@@ -115,13 +136,75 @@ def main(args) -> int:
             f"prefill {row['prompt']} tokens"
         print(f"  {what:20s} qcompile {row['qcompile_tokens_per_s']:9.1f} tokens/s   "
               f"transformers fp32 {row['transformers_fp32_tokens_per_s']:9.1f} tokens/s   "
-              f"ratio {row['qcompile_over_transformers']:5.2f}", flush=True)
+              f"ratio {row['qcompile_over_transformers']:5.2f}" + "".join(
+                  f"   llama.cpp {kind} {row[f'llama_cpp_{kind}_tokens_per_s']:9.1f} "
+                  f"(ours {row[f'qcompile_over_llama_cpp_{kind}']:.2f}x)"
+                  for kind in peer.get("types", {}) if f"llama_cpp_{kind}_tokens_per_s" in row),
+              flush=True)
+    if "unavailable" in peer:
+        print(f"  llama.cpp: {peer['unavailable']}", flush=True)
     if args.json:
         result = results.header("model", "cpu", {k: v for k, v in vars(args).items()
                                                  if k not in ("func", "command")})
         result.update(checkpoint=str(directory), target=preset.name,
                       threads=torch.get_num_threads(), kernel_specs=report.specs,
                       untuned=list(report.untuned), tokens_agree=same, rows=rows,
+                      kernel_share=share, llama_cpp=peer,
                       load_average=list(os.getloadavg()))
         print(f"wrote {results.write(args.json, result)}")
     return 0
+
+
+def kernel_share(model, vocabulary: int, tokens: int) -> dict:
+    """The share of a B = 1 greedy generation (a one-token prompt, ``tokens`` new tokens: every
+    forward one token long) spent inside ``qcompile::quant_linear`` (torch.profiler's CPU
+    time of the operator, its Python wrapper included), against the generation's wall time
+    under the profiler."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from qcompile import hf
+
+    ids = torch.randint(0, vocabulary, (1, 1), generator=torch.Generator().manual_seed(1))
+    hf.generate(model, ids, tokens, min_new_tokens=tokens)  # warm
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        started = time.perf_counter()
+        hf.generate(model, ids, tokens, min_new_tokens=tokens)
+        wall = time.perf_counter() - started
+    ours = [e for e in prof.key_averages() if e.key == "qcompile::quant_linear"]
+    inside = sum(e.cpu_time_total for e in ours) / 1e6
+    return {"wall_ms": wall * 1e3, "kernel_ms": inside * 1e3, "kernel_share": inside / wall,
+            "calls": sum(e.count for e in ours), "forwards": tokens}
+
+
+def llama_cpp_rows(args, dense_model, directory: Path, threads: int) -> dict:
+    """llama-bench on a GGUF of ``dense_model`` (the checkpoint dequantized), quantized to each
+    of ``--llama-cpp``'s types: {"types": {type: figures}, "build": where}, or
+    {"unavailable": why} when llama.cpp cannot be built here."""
+    from tools.harness import llama_bench, llama_cpp
+
+    kinds = [k for k in args.llama_cpp.split(",") if k and k != "none"]
+    if not kinds:
+        return {}
+    try:
+        bin_dir = llama_bench.build()
+    except llama_cpp.BuildError as why:
+        return {"unavailable": str(why)}
+    ggufs = directory / "gguf"
+    ggufs.mkdir(exist_ok=True)
+    source = ggufs / "model-f16.gguf"
+    if not source.is_file():
+        llama_bench.write_gguf(dense_model, source)
+    out = {"build": str(bin_dir), "types": {}}
+    for kind in kinds:
+        quantized = llama_bench.quantize(bin_dir, source, ggufs / f"model-{kind.lower()}.gguf",
+                                         kind, threads)
+        figures = llama_bench.run_bench(bin_dir, quantized, threads=threads, prompt=args.prompt,
+                                        tokens=max(args.decode_tokens, 32),
+                                        repetitions=args.rounds)
+        out["types"][kind] = figures
+        print(f"  llama.cpp {kind}: decode {figures['decode_tokens_per_s']:.1f} tokens/s, "
+              f"prefill {figures['prefill_tokens_per_s']:.1f}", flush=True)
+    return out
