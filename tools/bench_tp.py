@@ -43,6 +43,7 @@ import targets  # noqa: E402
 from qcompile.tp import ALGORITHMS, MlpLayers, TensorParallelMLP, shard_mlp  # noqa: E402
 from qcompile.tp.local_linear import KernelLinear, TorchDequantLinear, shard_spec  # noqa: E402
 from qcompile.tp.synthetic import random_act_order_layer  # noqa: E402
+from tools.harness import cuda_timing  # noqa: E402
 from tools.harness.loading import load  # noqa: E402
 
 MODELS = {  # K1, N1, N2 (the paper's MLP problem sizes)
@@ -276,22 +277,14 @@ def run_row(mlps: dict, rows: int, k1: int, dtype, device, args, synchronize) ->
 
 def kernel_times(run, iterations: int, synchronize) -> dict:
     """{kernel name: GPU microseconds per MLP call} over one ``run`` of ``iterations`` calls
-    (torch.profiler; CUPTI reports each kernel of a graph replay), longest first, with
-    "all kernels": their sum. What the call's median leaves beyond that sum is launch gaps and
-    time the GPU waits (for a collective's peer, say)."""
+    (:func:`tools.harness.cuda_timing.kernel_times`, all ranks started together), longest
+    first, with "all kernels": their sum. What the call's median leaves beyond that sum is
+    launch gaps and time the GPU waits (for a collective's peer, say)."""
     import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile
 
     dist.barrier()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        run()
-        synchronize()
-    kernels: dict[str, float] = {}
-    for event in prof.key_averages():
-        if str(getattr(event, "device_type", "")).endswith("CUDA"):
-            us = getattr(event, "self_device_time_total", 0.0)
-            kernels[event.key[:120]] = kernels.get(event.key[:120], 0.0) + us / iterations
-    ordered = dict(sorted(kernels.items(), key=lambda item: -item[1]))
+    kernels = cuda_timing.kernel_times(run, iterations, synchronize)
+    ordered = {name[:120]: us for name, us in sorted(kernels.items(), key=lambda i: -i[1])}
     return {"all kernels": sum(ordered.values()), **ordered}
 
 

@@ -123,7 +123,6 @@ class KernelLinear:
     def __init__(self, shard: GptqTensors | SortedRowShard,
                  kernels: str | Path | Callable[[UniformSpec], Kernel], rows: int,
                  dtype: str = "float32", shared: dict | None = None) -> None:
-        import torch
 
         shared = {} if shared is None else shared
         index, layer = shared_kernel_layer(shard, dtype, shared)
@@ -139,17 +138,13 @@ class KernelLinear:
                                               zero_convention=layer.zero_convention)
         # kernels of several M read one packing; each checks the digest of its own spec
         self.weights = replace(shared[key], spec_digest=spec.digest())
-        self.index = None if index is None else torch.from_numpy(index).to(self.kernel.device)
-        #: whether the index reads the zero column (padding rows); else it only permutes
-        self.pads = index is not None and bool((index == shard.in_features).any())
         self.in_features = shard.in_features
+        self._set_index(index)
 
     def gather_first(self, columns: np.ndarray) -> None:
         """From now on take x with its columns in the order before ``columns`` (int64 [K_local],
         a permutation): ``self(x)`` computes what ``self(x[:, columns])`` did, in one gather
         (the rank-sorted algorithm's local sort Q_r and the padded layout's index composed)."""
-        import torch
-
         columns = np.asarray(columns, dtype=np.int64)
         if columns.shape != (self.in_features,) or not np.array_equal(
                 np.sort(columns), np.arange(self.in_features)):
@@ -161,8 +156,16 @@ class KernelLinear:
             index = self.index.cpu().numpy()
             index = np.where(index < self.in_features,
                              columns[np.minimum(index, self.in_features - 1)], index)
-        self.index = torch.from_numpy(np.ascontiguousarray(index)).to(self.kernel.device)
-        self.pads = bool((index == self.in_features).any())
+        self._set_index(index)
+
+    def _set_index(self, index: np.ndarray | None) -> None:
+        """The columns of x the kernel reads (None: x as it is), on the kernel's device, and
+        ``pads``: whether they include the zero column (padding rows) or only permute."""
+        import torch
+
+        self.index = (None if index is None else
+                      torch.from_numpy(np.ascontiguousarray(index)).to(self.kernel.device))
+        self.pads = index is not None and bool((index == self.in_features).any())
 
     def __call__(self, x):
         """x: [M, K_local] of the spec's dtype on the kernel's device -> [M, N_local], same

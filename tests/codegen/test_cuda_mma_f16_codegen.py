@@ -167,19 +167,26 @@ def test_register_plan_decodes_in_place_where_the_mantissa_allows():
 def test_emulated_kernel_matches_the_float64_product(m, bits, group_size, dtype, k, n):
     spec = UniformSpec(k=k, n=n, m=m, bits=bits, group_size=group_size, dtype=dtype)
     tensors = FAMILY.example_tensors(spec, np.random.default_rng(m))
-    prepared = FAMILY.prepare(spec, **tensors, layout=layout.mma_f16(bits, block_rows(spec)))
-    operands = dict(zip(prepared.names, (t.numpy() for t in prepared.tensors), strict=True))
+    error = emulated_error(spec, tensors)
+    assert error <= TOLERANCE[dtype], error
+
+
+def emulated_error(spec, tensors) -> float:
+    """max |y - ref| / max |ref| of ``spec``'s kernel on the CPU emulator, for GPTQ
+    ``tensors`` (packed by ``prepare`` into the kernel's layout) and x seeded by M."""
+    m, k, n, dtype = spec.m, spec.k, spec.n, spec.dtype
+    prepared = FAMILY.prepare(spec, **tensors,
+                              layout=layout.mma_f16(spec.bits, block_rows(spec)))
+    operands = {name: aligned(t.numpy())
+                for name, t in zip(prepared.names, prepared.tensors, strict=True)}
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(getattr(torch, dtype))
     bits16 = np.float16 if dtype == "float16" else np.uint16   # bf16 passes as its bits
     y = aligned(np.zeros((m, n), bits16))
     emulate(scheduled(spec).mod, TARGET)(
-        x=aligned(x.view(torch.int16).numpy().view(bits16)), y=y,
-        qweight=aligned(operands["qweight"]),
-        scales=aligned(operands["scales"]), zeros=aligned(operands["zeros"]))
+        x=aligned(x.view(torch.int16).numpy().view(bits16)), y=y, **operands)
     got = torch.from_numpy(y.view(np.int16)).view(x.dtype).double().numpy()
     reference = FAMILY.reference(spec, x.double().numpy(), **tensors)
-    error = np.abs(got - reference).max() / np.abs(reference).max()
-    assert error <= TOLERANCE[dtype], error
+    return float(np.abs(got - reference).max() / np.abs(reference).max())
 
 
 @pytest.mark.parametrize(("m", "bits", "group_size", "dtype"), [
@@ -199,17 +206,7 @@ def test_emulated_act_order_kernel_gathers_x_itself(m, bits, group_size, dtype):
     assert not np.array_equal(layer.g_idx, np.arange(k) // group_size)  # scrambled
     prepared = FAMILY.prepare(spec, **tensors, layout=layout.mma_f16(bits, block_rows(spec)))
     assert prepared.names == ("qweight", "scales", "zeros", "perm")
-    operands = dict(zip(prepared.names, (t.numpy() for t in prepared.tensors), strict=True))
-    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(getattr(torch, dtype))
-    bits16 = np.float16 if dtype == "float16" else np.uint16
-    y = aligned(np.zeros((m, n), bits16))
-    emulate(scheduled(spec).mod, TARGET)(
-        x=aligned(x.view(torch.int16).numpy().view(bits16)), y=y,
-        qweight=aligned(operands["qweight"]), scales=aligned(operands["scales"]),
-        zeros=aligned(operands["zeros"]), perm=aligned(operands["perm"]))
-    got = torch.from_numpy(y.view(np.int16)).view(x.dtype).double().numpy()
-    reference = FAMILY.reference(spec, x.double().numpy(), **tensors)
-    error = np.abs(got - reference).max() / np.abs(reference).max()
+    error = emulated_error(spec, tensors)
     assert error <= TOLERANCE[dtype], error
 
 
@@ -226,18 +223,7 @@ def test_emulated_kernel_with_more_word_buffers(monkeypatch, buffers, bits, m, d
     spec = UniformSpec(k=k, n=n, m=m, bits=bits, group_size=64, dtype=dtype)
     assert k_split(spec) == 1
     tensors = FAMILY.example_tensors(spec, np.random.default_rng(buffers))
-    prepared = FAMILY.prepare(spec, **tensors, layout=layout.mma_f16(bits, block_rows(spec)))
-    operands = dict(zip(prepared.names, (t.numpy() for t in prepared.tensors), strict=True))
-    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(getattr(torch, dtype))
-    bits16 = np.float16 if dtype == "float16" else np.uint16
-    y = aligned(np.zeros((m, n), bits16))
-    emulate(scheduled(spec).mod, TARGET)(
-        x=aligned(x.view(torch.int16).numpy().view(bits16)), y=y,
-        qweight=aligned(operands["qweight"]), scales=aligned(operands["scales"]),
-        zeros=aligned(operands["zeros"]))
-    got = torch.from_numpy(y.view(np.int16)).view(x.dtype).double().numpy()
-    reference = FAMILY.reference(spec, x.double().numpy(), **tensors)
-    error = np.abs(got - reference).max() / np.abs(reference).max()
+    error = emulated_error(spec, tensors)
     assert error <= TOLERANCE[dtype], error
 
 

@@ -134,3 +134,23 @@ def interleaved(timers: list[GraphTimer], rounds: int) -> dict[str, dict]:
         for timer in timers:
             timer.sample()
     return {timer.name: timer.result() for timer in timers}
+
+
+def kernel_times(run: Callable[[], object], calls: int,
+                 synchronize: Callable[[], object]) -> dict[str, float]:
+    """{kernel name: GPU microseconds per call} of one ``run()`` that makes ``calls`` calls,
+    waited for by ``synchronize()`` (torch.profiler; CUPTI reports each kernel of a CUDA-graph
+    replay too; none where nothing ran on a GPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run()
+        synchronize()
+    kernels: dict[str, float] = {}
+    for event in prof.key_averages():
+        if str(getattr(event, "device_type", "")).endswith("CUDA"):
+            us = getattr(event, "self_device_time_total", None)
+            if us is None:  # older torch
+                us = getattr(event, "self_cuda_time_total", 0.0)
+            kernels[event.key] = kernels.get(event.key, 0.0) + us / calls
+    return kernels

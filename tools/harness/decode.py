@@ -20,6 +20,8 @@ import statistics
 import time
 from collections.abc import Callable
 
+from tools.harness import cuda_timing
+
 
 def synchronize(device) -> None:
     import torch
@@ -236,22 +238,14 @@ def step_profile(decoder: Decoder, steps: int, seconds_per_step: float) -> dict:
 
 def _kernel_times(decoder: Decoder, step: Callable[[], object], steps: int) -> dict:
     """{kernel name: GPU microseconds per step} of ``steps`` calls of ``step`` from the end
-    of the prompt, by torch.profiler (CUPTI)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    decoder.rewind()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    of the prompt (:func:`cuda_timing.kernel_times`)."""
+    def run():
         for _ in range(steps):
             step()
-        synchronize(decoder.device)
+
     decoder.rewind()
-    kernels: dict[str, float] = {}
-    for event in prof.key_averages():
-        if str(getattr(event, "device_type", "")).endswith("CUDA"):
-            us = getattr(event, "self_device_time_total", None)
-            if us is None:  # older torch
-                us = getattr(event, "self_cuda_time_total", 0.0)
-            kernels[event.key] = kernels.get(event.key, 0.0) + us / steps
+    kernels = cuda_timing.kernel_times(run, steps, lambda: synchronize(decoder.device))
+    decoder.rewind()
     return kernels
 
 

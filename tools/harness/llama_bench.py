@@ -27,7 +27,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +93,8 @@ def _build(directory: Path, log) -> None:
     log_path.write_text("")
     sdist = llama_cpp._fetch_sdist(llama_cpp.cache_dir(), log_path)
     source = directory / "src"
-    _extract(sdist, source)
+    shutil.rmtree(source, ignore_errors=True)
+    llama_cpp.extract_tree(sdist, _PREFIX, source, "llama.cpp tools")
     print(f"building llama.cpp's {', '.join(PROGRAMS)} in {directory} (minutes, once; log: "
           f"{log_path})", file=log, flush=True)
     llama_cpp._run([cmake, "-S", str(source), "-B", str(directory / "build"), *CMAKE_OPTIONS],
@@ -102,24 +102,6 @@ def _build(directory: Path, log) -> None:
     llama_cpp._run([cmake, "--build", str(directory / "build"), "-j",
                     str(llama_cpp.BUILD_JOBS), "--target", *PROGRAMS],
                    log_path, "building llama.cpp's tools")
-
-
-def _extract(sdist: Path, into: Path) -> None:
-    """``vendor/llama.cpp`` of the sdist into ``into``."""
-    shutil.rmtree(into, ignore_errors=True)
-    try:
-        with tarfile.open(sdist) as archive:
-            members = []
-            for member in archive.getmembers():
-                if member.name.startswith(_PREFIX) and (member.isfile() or member.isdir()):
-                    member.name = member.name[len(_PREFIX):]
-                    members.append(member)
-            if not members:
-                raise llama_cpp.BuildError(f"llama.cpp tools: {sdist} has no {_PREFIX}")
-            archive.extractall(into, members=members, filter="data")
-    except (tarfile.TarError, EOFError) as error:
-        raise llama_cpp.BuildError(f"llama.cpp tools: {sdist} is damaged ({error}): rm "
-                                   f"{sdist} and run again") from None
 
 
 def _gguf():

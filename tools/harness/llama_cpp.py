@@ -214,8 +214,14 @@ def _fetch_sdist(directory: Path, log_path: Path) -> Path:
 def _extract_ggml(sdist: Path, into: Path) -> None:
     """``vendor/llama.cpp/ggml/`` of the sdist into ``into/ggml`` (nothing else of it), and
     beside it the CMakeLists.txt that adds it as a subdirectory."""
-    prefix = f"{_SDIST}/vendor/llama.cpp/ggml/"
     shutil.rmtree(into, ignore_errors=True)
+    extract_tree(sdist, f"{_SDIST}/vendor/llama.cpp/ggml/", into / "ggml", "llama.cpp peer")
+    (into / "CMakeLists.txt").write_text(_WRAPPER)
+
+
+def extract_tree(sdist: Path, prefix: str, into: Path, who: str) -> None:
+    """The sdist's files and folders under ``prefix`` into ``into`` (``prefix`` dropped);
+    ``who`` names the caller in the one-line BuildError of a damaged or unexpected sdist."""
     try:
         with tarfile.open(sdist) as archive:
             members = []
@@ -224,12 +230,11 @@ def _extract_ggml(sdist: Path, into: Path) -> None:
                     member.name = member.name[len(prefix):]
                     members.append(member)
             if not members:
-                raise BuildError(f"llama.cpp peer: {sdist} has no {prefix}")
-            archive.extractall(into / "ggml", members=members, filter="data")
+                raise BuildError(f"{who}: {sdist} has no {prefix}")
+            archive.extractall(into, members=members, filter="data")
     except (tarfile.TarError, EOFError) as error:
-        raise BuildError(f"llama.cpp peer: {sdist} is damaged ({error}): rm {sdist} and run "
-                         f"again to download it anew") from None
-    (into / "CMakeLists.txt").write_text(_WRAPPER)
+        raise BuildError(f"{who}: {sdist} is damaged ({error}): rm {sdist} and run again to "
+                         f"download it anew") from None
 
 
 def _build_ggml(directory: Path, log) -> None:
