@@ -16,7 +16,8 @@ multiply-adds only in rounding). What it cannot: speed, memory coalescing, regis
 prelude provides (an unknown one is a compile error here, not a silent difference). Of the
 tensor-core instructions it runs ``mma.sync`` m16n8k16 with fp16/bf16 operands and float32
 sums (:func:`emulate_mma`), the warp's lanes exchanging their fragments as the hardware does,
-and of the bit operations ``lop3.b32`` (:func:`emulate_lop3`).
+and of the bit operations ``lop3.b32`` (:func:`emulate_lop3`), and ``fma.rn`` on pairs of
+fp16/bf16 halves (:func:`emulate_half_fma`).
 
 Only small launches are practical (each block starts its threads): tests use shapes of a few
 hundred rows and columns.
@@ -397,6 +398,28 @@ def emulate_lop3(code: str) -> str:
     return helpers + code
 
 
+_HALF_FMA = re.compile(r"\btvm_builtin_ptx_fma_half_rn_(f16x2|bf16x2)\b")
+
+
+def emulate_half_fma(code: str) -> str:
+    """Define the ``fma.rn.f16x2`` / ``fma.rn.bf16x2`` helpers TVM's ``T.ptx.fma`` calls: on
+    each half of the words, ``a * b + c`` rounded once to the half type (in double first,
+    exact for the operands the kernels give it)."""
+    helpers = ""
+    for kind in sorted(set(_HALF_FMA.findall(code))):
+        bf16 = "true" if kind == "bf16x2" else "false"
+        helpers += (
+            f"inline void tvm_builtin_ptx_fma_half_rn_{kind}(uint32_t& d, uint32_t a, "
+            "uint32_t b, uint32_t c) {\n  uint32_t out = 0;\n  for (int h = 0; h < 2; ++h) {\n"
+            f"    double r = (double)qc_emu::half_bits(a >> (16 * h), {bf16}) * "
+            f"qc_emu::half_bits(b >> (16 * h), {bf16}) + qc_emu::half_bits(c >> (16 * h), "
+            f"{bf16});\n    uint16_t bits;\n"
+            + ("    bits = nv_bfloat16((float)r).bits;\n" if kind == "bf16x2" else
+               "    _Float16 v = (_Float16)r; std::memcpy(&bits, &v, 2);\n")
+            + "    out |= (uint32_t)bits << (16 * h);\n  }\n  d = out;\n}\n")
+    return helpers + code
+
+
 #: g++'s flags for an emulated kernel, and for the precompiled prelude it includes (a
 #: precompiled header is used only where the flags match).
 _CXXFLAGS = ("-std=c++20", "-O1", "-fPIC", "-pthread", "-fno-strict-aliasing",
@@ -436,7 +459,7 @@ def compile_emulated(cuda_source: str, extents: dict[str, int],
                f'{name}({casts}); }});\n}}\n')
     # `static alignas(n)` is how C++ spells CUDA's `__shared__ alignas(n)`.
     code = re.sub(r"__shared__\s+(alignas\(\d+\))", r"\1 static", code)
-    code = emulate_lop3(emulate_mma(code))
+    code = emulate_half_fma(emulate_lop3(emulate_mma(code)))
     text = _PRELUDE + code + wrapper
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     cache = Path(cache_dir or Path(tempfile.gettempdir()) / f"qcompile-cuda-emu-{os.getuid()}")

@@ -25,7 +25,7 @@ import qcompile
 from qcompile.errors import ArgumentError
 from qcompile.formats.gptq import GptqTensors
 from qcompile.kernels.uniform import UniformSpec
-from qcompile.kernels.uniform.compute_cuda_mma_f16 import GROUP_SIZES, UNIT_ROWS, k_split
+from qcompile.kernels.uniform.compute_cuda_mma_f16 import GROUP_SIZES, UNIT_ROWS
 from qcompile.runtime import Kernel
 from qcompile.tp.sorted_rows import SortedRowShard
 
@@ -36,21 +36,10 @@ _HALF_DTYPES = ("float16", "bfloat16")
 def half_layout(shard: SortedRowShard, dtype: str = "float16") -> dict:
     """:meth:`SortedRowShard.sequential`'s arguments for the tensor-core kernels (fp16/bf16
     activations, compute_cuda_mma_f16): the group sizes they take, and K_pad a multiple of
-    their unit of rows (128) times the K split they give an unsorted shard of the same K_local
-    and N at M = 1.
-
-    Why the split: the kernel splits K over warps only by divisors of K's units (``k_split``:
-    1, 2, 4, 8 or 16 warps per 32 columns), so a padded K of few divisors starves the grid. At
-    TP = 2 the Llama-70B down shards padded to a multiple of 128 had 140 units (rank 0: 4 warps
-    per 32 columns) and 137 units (rank 1, a prime: 1 warp per 32 columns, 256 warps on 132
-    SMs), where the unsorted shards' 112 units take 16; every rank waits for rank 1 in the
-    AllReduce. Padded to 16 units, both ranks have 144 units (18432 rows, 3-5% more padding)
-    and the split of the other algorithms.
+    their unit of rows (128). Their K split (``k_split``) does not need the units to divide
+    evenly, so the padded shard splits as the unsorted one of the same N does.
     """
-    rows = -(-shard.in_features // UNIT_ROWS) * UNIT_ROWS  # the unsorted shard's K, in units
-    unsorted = UniformSpec(k=rows, n=shard.out_features, bits=shard.bits, group_size=UNIT_ROWS,
-                           m=1, dtype=dtype)
-    return {"row_multiple": UNIT_ROWS * k_split(unsorted),
+    return {"row_multiple": UNIT_ROWS,
             "group_sizes": tuple(g for g in GROUP_SIZES if g > 0)}
 
 

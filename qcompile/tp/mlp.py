@@ -166,7 +166,10 @@ class TensorParallelMLP:
             down_index = np.array_split(down_index, shards.size)[shards.rank]
         self._down_index = torch.from_numpy(np.ascontiguousarray(down_index))
         # rank-sorted: a backend that gathers its input anyway (a padded kernel layout) takes
-        # Q_r into that gather, one index_select per call instead of two
+        # Q_r into that gather, one index_select per call instead of two. (The first layers
+        # keep a gather before the kernel: the tensor-core kernels' act_order form, which
+        # reads x through perm itself, measured slower than index_select + the plain kernel:
+        # docs/design/tensor-parallel.md)
         self._down_gathers = shards.algorithm == "rank_sorted" and hasattr(self.down,
                                                                             "gather_first")
         if self._down_gathers:

@@ -28,6 +28,8 @@ from qcompile.kernels.uniform.compute_cuda_mma_f16 import (
     code_position,
     k_split,
     register_plan,
+    resident_warps,
+    unit_slice,
     word_position,
     x_row,
 )
@@ -82,12 +84,34 @@ def test_rules_name_the_numbers():
         check_spec(UniformSpec(k=1056, n=1024, group_size=32, dtype="float16"))
 
 
-def test_k_split_fills_the_gpu_within_the_units():
-    def split(k, n):
-        return k_split(UniformSpec(k=k, n=n, m=16, dtype="float16"))
+def test_k_split_keeps_every_block_in_the_first_wave():
+    """The split keeps all blocks resident at once (132 SMs, the planned registers), within 2
+    units a warp; an even split of the units where it holds 70% of the most warps, else the
+    most, the units split unevenly."""
+    def split(k, n, m=16):
+        return k_split(UniformSpec(k=k, n=n, m=m, dtype="float16"))
 
-    assert (split(8192, 28672), split(28672, 8192), split(4096, 4096)) == (2, 8, 16)
+    for k, n, m in [(8192, 28672, 1), (8192, 28672, 16), (28672, 8192, 1), (28672, 8192, 16),
+                    (8192, 8192, 1), (4096, 4096, 16), (4096, 11008, 1), (11008, 4096, 4),
+                    (3584, 8192, 1)]:
+        spec = UniformSpec(k=k, n=n, m=m, dtype="float16")
+        blocks_per_sm = -(-(n // 32) // 132)
+        assert blocks_per_sm * split(k, n, m) <= resident_warps(spec), (k, n, m)
+    # 896 slices: 7 blocks an SM, 23 warps at one tile of rows: 3 a block over 64 units
+    # (22, 21, 21), where 2 would divide them; 18 warps at two tiles: 2
+    assert (split(8192, 28672, 1), split(8192, 28672, 16)) == (3, 2)
+    # 256 slices, 2 blocks an SM: at most 11 and 9 warps a block, 8 divide 224 units
+    assert (split(28672, 8192, 1), split(28672, 8192, 16)) == (8, 8)
+    assert split(3584, 8192, 1) == 11                          # 28 units: 7 divide, < 70% of 11
+    assert split(4096, 4096) == 16                             # 128 slices: 1 block an SM
     assert split(512, 4096) == 2                               # 4 units: 2 per warp at least
+    assert split(1024, 32 * 132 * 30) == 1                     # 30 blocks an SM: no split fits
+
+
+def test_unit_slices_cover_the_units_once():
+    spec = UniformSpec(k=8192, n=28672, m=1, dtype="float16")         # 64 units over 3 warps
+    slices = [unit_slice(spec, part) for part in range(k_split(spec))]
+    assert slices == [(0, 22), (22, 21), (43, 21)]
 
 
 @pytest.mark.parametrize("m,bits,dtype", [(16, 4, "float16"), (1, 4, "bfloat16"),
@@ -218,13 +242,30 @@ def test_emulated_kernel_with_more_word_buffers(monkeypatch, buffers, bits, m, d
     from qcompile.kernels.uniform import compute_cuda_mma_f16 as kernel_module
 
     monkeypatch.setitem(kernel_module.WORD_BUFFERS, bits, buffers)
-    monkeypatch.setattr(kernel_module, "TARGET_WARPS", {1: 1, 2: 1})  # one warp per K: 7 units
+    monkeypatch.setattr(kernel_module, "k_split", lambda spec: 1)  # one warp per K: 7 units
     k, n = 7 * UNIT_ROWS, 32
     spec = UniformSpec(k=k, n=n, m=m, bits=bits, group_size=64, dtype=dtype)
-    assert k_split(spec) == 1
     tensors = FAMILY.example_tensors(spec, np.random.default_rng(buffers))
     error = emulated_error(spec, tensors)
     assert error <= TOLERANCE[dtype], error
+
+
+@pytest.mark.parametrize(("split", "buffers", "act_order"), [
+    (2, 2, False), (3, 2, True), (3, 3, False), (2, 4, False)])
+def test_emulated_kernel_with_uneven_k_slices(monkeypatch, split, buffers, act_order):
+    """Slices of 4 and 3 units (an even count and an extra unit loaded during the loop), of
+    3, 2 and 2 (odd, the extra one after it), with two word buffers and with a ring: every
+    unit is multiplied once."""
+    from qcompile.kernels.uniform import compute_cuda_mma_f16 as kernel_module
+
+    monkeypatch.setitem(kernel_module.WORD_BUFFERS, 4, buffers)
+    monkeypatch.setattr(kernel_module, "k_split", lambda spec: split)
+    spec = UniformSpec(k=7 * UNIT_ROWS, n=64, m=3, bits=4, group_size=128, dtype="float16",
+                       act_order=act_order)
+    assert kernel_module.unit_slice(spec, split - 1)[1] < kernel_module.unit_slice(spec, 0)[1]
+    tensors = FAMILY.example_tensors(spec, np.random.default_rng(split + buffers))
+    error = emulated_error(spec, tensors)
+    assert error <= TOLERANCE["float16"], error
 
 
 def test_export_records_the_layout(tmp_path):

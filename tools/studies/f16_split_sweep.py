@@ -1,16 +1,17 @@
 """Time the fp16/bf16 tensor-core kernel (compute_cuda_mma_f16.py) at several K splits on a
 GPU, in one run: the rule's choice (``k_split``) against the splits it passes over.
 
-The split is how many warps share one 32-column slice of W, each walking a slice of K; more
-warps hide more latency until the grid no longer fits one wave. ``k_split`` picks the fewest
-that give the grid ``TARGET_WARPS`` warps; this study rebuilds each kernel with that target
-scaled (``--targets``) and with each count of word buffers (``--buffers``: the units of words
-in flight per lane are one fewer, ``WORD_BUFFERS``), checks each against the float64 product
-of its x, and times them as tools/harness/cuda_timing.py does (CUDA graphs, weights rotating
-past the L2, interleaved rounds, medians).
+The split is how many warps share one 32-column slice of W (one block), each walking a slice
+of K; more warps hide more latency until the blocks no longer fit one wave. ``k_split`` takes
+the most that keep one wave by its register plan; this study rebuilds each kernel at each
+split of ``--splits`` ("rule": the rule's) and with each count of word buffers
+(``--buffers``: the units of words in flight per lane are one fewer, ``WORD_BUFFERS``),
+checks each against the float64 product of its x, and times them as
+tools/harness/cuda_timing.py does (CUDA graphs, weights rotating past the L2, interleaved
+rounds, medians).
 
     python tools/studies/f16_split_sweep.py --shapes 8192x28672,4096x4096 --batches 1,16 \\
-        --buffers 2,3,4 --json split.json
+        --splits rule,2,4,8 --buffers 2,3 --json split.json
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--bits", type=int, default=4)
     parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
-    parser.add_argument("--targets", default="0.5,1,2,4",
-                        help="multiples of TARGET_WARPS to build for")
+    parser.add_argument("--splits", default="rule,4,8,16",
+                        help="K splits to build (warps per 32 columns; rule: k_split's)")
     parser.add_argument("--buffers", default="",
                         help="word buffers per lane to try at every split (WORD_BUFFERS; "
                              "default: the module's for --bits)")
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from tools.harness import cuda_timing
 
     family, preset = get_family("uniform"), targets.get("cuda")
-    default_target = kernel_module.TARGET_WARPS
+    rule_split = kernel_module.k_split
     default_buffers = kernel_module.WORD_BUFFERS[args.bits]
     buffer_counts = [int(v) for v in args.buffers.split(",") if v] or [default_buffers]
     rows = []
@@ -70,15 +71,14 @@ def main(argv: list[str] | None = None) -> int:
                 x = torch.randn(m, k, device="cuda").to(getattr(torch, args.dtype))
                 reference = family.reference(spec, x.double().cpu().numpy(), **tensors)
                 timers, splits = [], {}
-                rule = kernel_module.k_split(spec)
-                for multiple, buffers in [(float(v), b) for v in args.targets.split(",")
-                                          for b in buffer_counts]:
-                    kernel_module.TARGET_WARPS = {
-                        tiles: int(warps * multiple) for tiles, warps in default_target.items()}
+                rule = rule_split(spec)
+                for choice, buffers in [(v, b) for v in args.splits.split(",")
+                                        for b in buffer_counts]:
                     kernel_module.WORD_BUFFERS[args.bits] = buffers
-                    split = kernel_module.k_split(spec)
-                    if (split, buffers) in splits.values():
+                    split = rule_split(spec) if choice == "rule" else int(choice)
+                    if (split, buffers) in splits.values() or split > kernel_module.units(spec):
                         continue
+                    kernel_module.k_split = lambda spec, split=split: split
                     out = Path(scratch) / f"{spec.name()}_ks{split}_b{buffers}"
                     kernel = qcompile.load(build_untuned(spec, preset, out).so_path)
                     prepared = kernel.prepare(**tensors)
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                     splits[name] = (split, buffers)
                     timers.append(cuda_timing.GraphTimer(name, calls, nbytes))
                 kernel_module.WORD_BUFFERS[args.bits] = default_buffers
-                kernel_module.TARGET_WARPS = default_target
+                kernel_module.k_split = rule_split
                 results = cuda_timing.interleaved(timers, args.rounds)
                 for name, result in results.items():
                     rows.append({"k": k, "n": n, "m": m, "bits": args.bits,

@@ -18,18 +18,19 @@ exactly, as long as o + bits fits the mantissa (10 bits in fp16, 7 in bf16). A 3
 holds codes 16 bits apart, so ``lop3(word >> shift, mask, magic)`` makes a register from the
 fields at bit ``shift + o`` and ``shift + o + 16``; codes packed at the bit offsets their
 register uses need no shift (4-bit fp16: one shift and four LOP3 per word of 8 codes;
-:func:`register_plan`). The 2^o is taken out of x instead: the B register that meets a
-register of offset o holds x / 2^o (exact: a power of two). Per group, one more mma per step
-multiplies the same x by an A of ``-(B0 + 2^o z)`` halves (z: the column's zero-point, built
-like a code register from the zeros), so the float32 sums are exactly ``sum_k x_k (c_k - z)``:
+:func:`register_plan`). Then one ``fma.rn`` on the pair, ``a * 1 + off``, with ``off`` the
+pair ``-(B0 + 2^o z)`` (z: the column's zero-point, built like a code register from the zeros
+once per group) leaves ``2^o (c - z)``, exact in half precision. The 2^o is taken out of x
+instead: the B register that meets a register of offset o holds x / 2^o (exact: a power of
+two). So the float32 sums are exactly ``sum_k x_k (c_k - z)``, rounded as float32 sums are:
 
-    C[n, m] = sum over the group's k of x[m, k] 2^-o_k ((B0 + 2^o_k c[k, n]) - (B0 + 2^o_k z[n]))
+    C[n, m] = sum over the group's k of x[m, k] 2^-o_k (2^o_k (c[k, n] - z[n]))
     y[m, n] += s[g, n] * C[n, m]
 
-Products of a half x and ``B0 + 2^o c`` are exact in float32, so what the offset costs is the
-float32 rounding of sums about ``B0`` times larger than the result (about 1e-5 relative at
-fp16's B0 = 1024; tests/codegen/test_cuda_mma_f16_codegen.py, tests/cuda). bf16's 7-bit
-mantissa cannot hold 128 + an 8-bit code: 8-bit codes take fp16 x only.
+(Subtracting the zero-point with a second mma per step of ``-(B0 + 2^o z)`` times the same x
+also gives exact products, but doubles the tensor-core work and leaves float32 sums about B0
+times larger than the result.) bf16's 7-bit mantissa cannot hold 128 + an 8-bit code: 8-bit
+codes take fp16 x only.
 
 The GEMM is written per warp lane (block ``warp_gemm``: one lane of one warp; loops ``warp``
 over N / 32, ``part`` over :func:`k_split`'s slices of K, ``lane`` over 32). A warp takes
@@ -59,7 +60,7 @@ from qcompile.errors import SpecError
 from qcompile.kernels.tir.attrs import COMPUTE_ATTR
 from qcompile.kernels.uniform.spec import UniformSpec
 
-COMPUTE_NAME = "uniform.cuda_mma_f16.v2"
+COMPUTE_NAME = "uniform.cuda_mma_f16.v3"
 #: Rows of K per mma step.
 TILE_K = 16
 #: Columns of W per mma (A's 16 rows) and rows of x per mma (B's 8 columns).
@@ -80,17 +81,26 @@ GROUP_SIZES = (32, 64, 128, -1)
 #: The magic half of each activation dtype (its bits, its value, its mantissa bits): OR-ing a
 #: code below 2 ** mantissa bits into it gives ``value + code``.
 MAGIC = {"float16": (0x6400, 1024.0, 10), "bfloat16": (0x4300, 128.0, 7)}
+#: The half 1.0 of each activation dtype (its bits).
+ONE = {"float16": 0x3C00, "bfloat16": 0x3F80}
+#: ``fma.rn`` on pairs of halves of each activation dtype: (d, a, b, c), d = a * b + c.
+FMA = {"float16": T.ptx.fma.rn.f16x2, "bfloat16": T.ptx.fma.rn.bf16x2}
 #: mma operand type names of each activation dtype.
 MMA_TYPE = {"float16": "fp16", "bfloat16": "bf16"}
-#: Warps over K per 32 columns (their float sums meet in ``k_sum``).
-K_SPLITS = (1, 2, 4, 8, 16)
-#: Warps the grid should hold, by tiles of 8 rows of x (an H200 has 132 SMs). One tile (about
-#: 76 registers a thread, 24 warps an SM): two waves or more, whose tails are short; two tiles
-#: (112 registers, 16 warps an SM): about one wave (K splits measured on the H200:
-#: docs/design/uniform-cuda.md).
-TARGET_WARPS = {1: 48 * 132, 2: 12 * 132}
+#: SMs of the GPUs the split rule plans for (H100 SXM and H200: 132), their registers and
+#: warps per SM, and the most warps a block takes (1024 threads).
+SMS, SM_REGISTERS, SM_WARPS, BLOCK_WARPS = 132, 65536, 64, 32
+#: Registers a thread takes at two word buffers, by (tiles of 8 rows of x, bits): the most
+#: ptxas (sm_90) gave over 8192x28672 and 28672x8192, group sizes 32 and 128, act_order or
+#: not, rounded up to its allocation unit of 8. Each further word buffer adds its words
+#: (:func:`registers`). (Small shapes, whose few units a warp are unrolled whole, take up to
+#: 30 more; their few slices leave one block an SM, which holds the split either way.)
+REGISTERS = {(1, 2): 96, (1, 3): 112, (1, 4): 88, (1, 8): 112,
+             (2, 2): 112, (2, 3): 144, (2, 4): 112, (2, 8): 136}
 #: Fewest units of K a warp walks.
 MIN_UNITS_PER_WARP = 2
+#: Share of the most warps an even split of the units must reach to be taken (k_split).
+EVEN_SHARE = 0.7
 #: Word buffers a lane cycles through, by bit width: the words of ``buffers - 1`` units are in
 #: flight while one unit multiplies. 2 alternates even and odd units. (8-bit codes, 4 KB a warp
 #: and unit, read at 87% of the copy bandwidth where 4-bit, 2 KB, read at 70% and 2-bit at 50%
@@ -137,15 +147,51 @@ def units(spec: UniformSpec) -> int:
     return spec.k // UNIT_ROWS
 
 
+def registers(spec: UniformSpec) -> int:
+    """Registers a thread of ``spec``'s kernel is planned to take (:data:`REGISTERS`)."""
+    extra = (WORD_BUFFERS[spec.bits] - 2) * COLUMN_TILES * words_per_lane(spec.bits)
+    return -(-(REGISTERS[row_tiles(spec), spec.bits] + extra) // 8) * 8
+
+
+def resident_warps(spec: UniformSpec) -> int:
+    """Warps of ``spec``'s kernel one SM holds at once (by registers)."""
+    return min(SM_WARPS, SM_REGISTERS // (32 * registers(spec)))
+
+
 def k_split(spec: UniformSpec) -> int:
-    """Warps that share one 32-column slice, each over a slice of the units: the fewest of
-    :data:`K_SPLITS` that give the grid :data:`TARGET_WARPS` warps (for its tiles of rows),
-    within those that divide the units and leave each warp :data:`MIN_UNITS_PER_WARP` or more."""
+    """Warps that share one 32-column slice (one block), each over a slice of the units.
+
+    The kernel reads W once, so its speed is the bytes in flight: many warps an SM, and every
+    block in the first wave (a second, partial wave leaves most SMs idle while it runs: at
+    8192x28672 M = 1, blocks of 8 warps made 2.26 waves). ``most`` is the largest split that
+    keeps one wave (``ceil(slices / SMS)`` blocks an SM, :func:`resident_warps`) within
+    :data:`MIN_UNITS_PER_WARP` units a warp. The rule takes the largest split that divides the
+    units if it is at least :data:`EVEN_SHARE` of ``most``, else ``most`` itself, the units
+    then split unevenly (:func:`unit_slice`: a longer slice's last unit is not overlapped,
+    which measured slower than an even split of somewhat fewer warps; on an H200, e.g.
+    28672x8192 M = 16: 9 warps 86 us, 8 warps 58 us; 8192x28672 M = 1: 3 warps 39.9 us, 2
+    warps 41.3 us, 8 warps in 2.26 waves 41.4 us). When no split fits one wave (N past what
+    the SMs hold), one warp.
+    """
     count = units(spec)
-    fits = [v for v in K_SPLITS if count % v == 0 and count // v >= MIN_UNITS_PER_WARP] or [1]
-    slices = spec.n // WARP_COLUMNS
-    target = TARGET_WARPS[row_tiles(spec)]
-    return next((v for v in fits if slices * v >= target), max(fits))
+    blocks_per_sm = -(-(spec.n // WARP_COLUMNS) // SMS)
+    most = max(1, min(BLOCK_WARPS, resident_warps(spec) // blocks_per_sm,
+                      count // MIN_UNITS_PER_WARP))
+    even = max(v for v in range(1, most + 1) if count % v == 0)
+    return even if even >= EVEN_SHARE * most else most
+
+
+def unit_slice(spec: UniformSpec, part):
+    """(first unit, units) of K slice ``part`` (0 .. :func:`k_split` - 1): the units split as
+    evenly as they go, the first ``units % split`` slices one longer. ``part``: int, or a TIR
+    expression in the kernel (then the count is too)."""
+    split = k_split(spec)
+    base, longer = divmod(units(spec), split)
+    if isinstance(part, int):
+        return part * base + min(part, longer), base + (part < longer)
+    if not longer:
+        return part * base, base
+    return part * base + T.min(part, longer), base + T.Cast("int32", part < longer)
 
 
 def row_tiles(spec: UniformSpec) -> int:
@@ -336,13 +382,14 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
     gsize = spec.effective_group_size
     CT, MT = COLUMN_TILES, row_tiles(spec)
     W, KS = N // WARP_COLUMNS, k_split(spec)
-    US = units(spec) // KS                  # units per K slice
+    US, LONGER = divmod(units(spec), KS)    # units of every K slice; the first LONGER: +1
     groups_per_unit = max(1, UNIT_ROWS // gsize)
     steps_per_group = _STEPS // groups_per_unit
     block = block_rows(spec)
     magic_bits = MAGIC[dtype][0]
     magic_pair = magic_bits * 0x10001
     negative_pair = (magic_bits | 0x8000) * 0x10001
+    one_pair = ONE[dtype] * 0x10001
     plan = register_plan(bits, dtype)
     patterns = offset_patterns(bits, dtype)
     P = len(patterns)
@@ -454,6 +501,12 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
                 T.uint32(mask * 0x10001), previous, AND_OR))
             previous = a[ct, register]
 
+    def subtract_zero(a, off, ct, pattern: int, register: int):
+        # a = (B0 + 2^o c) - (B0 + 2^o z) = 2^o (c - z), exact in half precision: one fma
+        # a * 1 + off with off = -(B0 + 2^o z) (fma: bf16x2 has no sub before sm_90)
+        T.evaluate(FMA[dtype](a[ct, register], a[ct, register], T.uint32(one_pair),
+                              off[ct, pattern, register]))
+
     def mma(a_buffer, a_offset, xv, x_offset, c, c_offset):
         T.evaluate(T.ptx_legacy.mma(
             "m16n8k16", "row", "col", mma_type, mma_type, "fp32", a_buffer.data, a_offset,
@@ -472,10 +525,9 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
                 for ct in range(CT):
                     for register in range(4):
                         decode_register(a, words, ct, step, register)
+                        subtract_zero(a, off, ct, pattern_of[step], register)
                     for mt in range(MT):
                         mma(a, ct * 4, xv, mt * 32 + 4 * step, c, (ct * MT + mt) * 4)
-                        mma(off, (ct * P + pattern_of[step]) * 4, xv, mt * 32 + 4 * step,
-                            c, (ct * MT + mt) * 4)
             for ct in range(CT):
                 for mt in range(MT):
                     for i in range(4):  # column g (+8 for i >= 2), x rows 2t (+1)
@@ -485,9 +537,11 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
 
     def warp_reads(x, perm, qweight, scales, zeros, vw, vs):
         # a K slice of x, or all of x's columns when they are gathered (act_order)
-        rows = slice(vs * US * UNIT_ROWS, (vs + 1) * US * UNIT_ROWS)
+        # (slices of unequal length declare all of K)
+        first, count = (vs * US, US) if not LONGER else (0, units(spec))
+        rows = slice(first * UNIT_ROWS, (first + count) * UNIT_ROWS)
         regions = [x[0:M, rows] if perm is None else x[0:M, 0:K],
-                   qweight[vw * CT:vw * CT + CT, vs * US:vs * US + US, 0:32 * NW],
+                   qweight[vw * CT:vw * CT + CT, first:first + count, 0:32 * NW],
                    scales[0:G, vw * WARP_COLUMNS:vw * WARP_COLUMNS + WARP_COLUMNS],
                    zeros[0:G, vw * WARP_COLUMNS:vw * WARP_COLUMNS + WARP_COLUMNS]]
         return regions if perm is None else [*regions, perm[rows]]
@@ -500,32 +554,77 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
             local["words"] = [T.sblock_alloc_buffer((CT, NW), "int32", scope="local")
                               for _ in range(D)]
 
-    def ring_gemm(x, perm, qweight, scales, zeros, first, vw, vl, xv, a, off, c, acc, sc, zr):
+    def when(condition, emit):
+        # emit under a TIR condition; a Python bool decides at generation time
+        if isinstance(condition, bool):
+            if condition:
+                emit()
+            return
+        with T.If(condition):
+            with T.Then():
+                emit()
+
+    def has_unit(u, vs):
+        # whether the lane's K slice has its unit u (0-based; a TIR expression or an int):
+        # every slice has US units, the first LONGER one more
+        if isinstance(u, int) and u < US:
+            return True
+        if isinstance(u, int) and (u > US or not LONGER):
+            return False
+        return u < US if not LONGER else u < US + T.Cast("int32", vs < LONGER)
+
+    def ring_gemm(x, perm, qweight, scales, zeros, first, vs, vw, vl, xv, a, off, c, acc, sc,
+                  zr):
         # D > 2 word buffers: unit u multiplies from buffer u % D while units u + 1 ..
         # u + D - 1 are in flight (buffer indices are Python ints: registers, not memory)
         words = local["words"]
 
         def step(u, i):  # u: the unit (a TIR expression), i = u % D
             ahead = u + D - 1
-            load = lambda: load_words(qweight, words[(i + D - 1) % D], first + ahead, vw, vl)  # noqa: E731
-            if isinstance(ahead, int):
-                if ahead < US:
-                    load()
-            else:
-                with T.If(ahead < US):
-                    with T.Then():
-                        load()
+            when(has_unit(ahead, vs), lambda: load_words(
+                qweight, words[(i + D - 1) % D], first + ahead, vw, vl))
             unit_gemm(x, perm, scales, zeros, words[i], first + u, vw, vl, xv, a, off, c, acc,
                       sc, zr)
 
-        for i in range(min(D - 1, US)):
-            load_words(qweight, words[i], first + i, vw, vl)
+        for i in range(D - 1):
+            when(has_unit(i, vs), lambda i=i: load_words(qweight, words[i], first + i, vw, vl))
         if US // D:
             with T.serial(US // D) as chunk:
                 for i in range(D):
                     step(chunk * D + i, i)
         for i in range(US % D):
             step(US // D * D + i, i)
+        when(has_unit(US, vs), lambda: unit_gemm(
+            x, perm, scales, zeros, words[US % D], first + US, vw, vl, xv, a, off, c, acc, sc,
+            zr))
+
+    def pair_gemm(x, perm, qweight, scales, zeros, even, odd, first, vs, vw, vl, xv, a, off, c,
+                  acc, sc, zr):
+        # two buffers alternate: a unit's words arrive while the previous one's multiply
+        load_words(qweight, even, first, vw, vl)
+        if US // 2:
+            with T.serial(US // 2) as u2:
+                load_words(qweight, odd, first + 2 * u2 + 1, vw, vl)
+                unit_gemm(x, perm, scales, zeros, even, first + 2 * u2, vw, vl, xv, a, off, c,
+                          acc, sc, zr)
+                when(2 * u2 + 2 < US, lambda: load_words(
+                    qweight, even, first + 2 * u2 + 2, vw, vl))
+                unit_gemm(x, perm, scales, zeros, odd, first + 2 * u2 + 1, vw, vl, xv, a, off,
+                          c, acc, sc, zr)
+        if US % 2:
+            unit_gemm(x, perm, scales, zeros, even, first + US - 1, vw, vl, xv, a, off, c, acc,
+                      sc, zr)
+
+        def extra_unit():
+            # a longer slice's last unit, after the others: not overlapped, but the loop
+            # keeps the conditions it had without one (a condition on the slice in the loop,
+            # or loading it during the last unit, made the kernel up to 25% slower on an
+            # H200, or cost 20-30 registers at M = 16)
+            load_words(qweight, even, first + US, vw, vl)
+            unit_gemm(x, perm, scales, zeros, even, first + US, vw, vl, xv, a, off, c, acc, sc,
+                      zr)
+
+        when(has_unit(US, vs), extra_unit)
 
     def allocate_index_buffer(perm):
         # act_order: 8 indices of perm at a time
@@ -556,25 +655,13 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
                 for ct, mt, i in T.grid(CT, MT, 4):
                     acc[ct, mt, i] = T.float32(0)
                     c[ct, mt, i] = T.float32(0)
-                first = vs * US
+                first = unit_slice(spec, vs)[0]
                 if D == 2:
-                    load_words(qweight, even, first, vw, vl)
-                    # two buffers alternate: a unit's words arrive while the previous one's
-                    # multiply
-                    for u2 in T.serial(US // 2):
-                        load_words(qweight, odd, first + 2 * u2 + 1, vw, vl)
-                        unit_gemm(x, perm, scales, zeros, even, first + 2 * u2, vw, vl, xv, a,
-                                  off, c, acc, sc, zr)
-                        if 2 * u2 + 2 < US:
-                            load_words(qweight, even, first + 2 * u2 + 2, vw, vl)
-                        unit_gemm(x, perm, scales, zeros, odd, first + 2 * u2 + 1, vw, vl, xv,
-                                  a, off, c, acc, sc, zr)
-                    if US % 2 == 1:
-                        unit_gemm(x, perm, scales, zeros, even, first + US - 1, vw, vl, xv, a,
-                                  off, c, acc, sc, zr)
+                    pair_gemm(x, perm, qweight, scales, zeros, even, odd, first, vs, vw, vl, xv,
+                              a, off, c, acc, sc, zr)
                 else:
-                    ring_gemm(x, perm, qweight, scales, zeros, first, vw, vl, xv, a, off, c, acc,
-                              sc, zr)
+                    ring_gemm(x, perm, qweight, scales, zeros, first, vs, vw, vl, xv, a, off, c,
+                              acc, sc, zr)
                 for ct, mt, i in T.grid(CT, MT, 4):
                     partial[vw, vs, mt * TILE_ROWS + 2 * (vl % 4) + i % 2,
                             ct * TILE_COLUMNS + vl // 4 + 8 * (i // 2)] = acc[ct, mt, i]
