@@ -33,14 +33,11 @@ from qcompile.tp.sorted_rows import SortedRowShard
 _HALF_DTYPES = ("float16", "bfloat16")
 
 
-def half_layout(shard: SortedRowShard, dtype: str = "float16") -> dict:
-    """:meth:`SortedRowShard.sequential`'s arguments for the tensor-core kernels (fp16/bf16
-    activations, compute_cuda_mma_f16): the group sizes they take, and K_pad a multiple of
-    their unit of rows (128). Their K split (``k_split``) does not need the units to divide
-    evenly, so the padded shard splits as the unsorted one of the same N does.
-    """
-    return {"row_multiple": UNIT_ROWS,
-            "group_sizes": tuple(g for g in GROUP_SIZES if g > 0)}
+#: :meth:`SortedRowShard.sequential`'s arguments for the tensor-core kernels (fp16/bf16
+#: activations, compute_cuda_mma_f16): the group sizes they take, and K_pad a multiple of their
+#: unit of rows (128). Their K split (``k_split``) does not need the units to divide evenly, so
+#: the padded shard splits as the unsorted one of the same N does.
+HALF_LAYOUT = {"row_multiple": UNIT_ROWS, "group_sizes": tuple(g for g in GROUP_SIZES if g > 0)}
 
 
 def kernel_layer(shard: GptqTensors | SortedRowShard,
@@ -58,7 +55,7 @@ def kernel_layer(shard: GptqTensors | SortedRowShard,
     """
     if isinstance(shard, SortedRowShard):
         index, layer = shard.sequential(
-            **(half_layout(shard, dtype) if dtype in _HALF_DTYPES else {}))
+            **(HALF_LAYOUT if dtype in _HALF_DTYPES else {}))
         if np.array_equal(index, np.arange(shard.in_features)):
             index = None  # no padding (whole groups, e.g. TP = 1): no gather per call
         return index, layer
