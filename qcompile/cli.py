@@ -296,14 +296,20 @@ def cmd_build(args: argparse.Namespace) -> int:
     preset = targets.get(args.target)
     require_build_host(preset, args.for_another_host)  # before TVM loads
     check_output_dir(args.out)
-    layers = open_layers(args)
+    layers = open_layers(args, packs=True)
     from qcompile.build import build  # loads TVM (seconds)
 
     result = build(spec, preset, args.out, layers=layers, for_another_host=args.for_another_host)
     print(f"built {result.so_path} from record {result.record_id}: {result.how}; "
           f"manifest {result.manifest_path}")
     if result.source:
-        print(f"  0 trials: the record comes from {result.source}")
+        if layers.packs is not None and result.source == layers.packs.display_url:
+            from qcompile.trust.packs import packs_dir  # light CLI: SQLAlchemy on use
+
+            print(f"  0 trials: the record comes from a record pack in {packs_dir()} "
+                  "(qcompile db packs)")
+        else:
+            print(f"  0 trials: the record comes from {result.source}")
     return 0
 
 

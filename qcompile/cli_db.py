@@ -4,6 +4,8 @@
     qcompile db ls      [--db URL] [filters]           a line per workload
     qcompile db best    [--db URL] [filters] [--top K] the fastest records, with provenance
     qcompile db export  [--db URL] --out PATH [--format jsonl|metaschedule] [--name S]
+    qcompile db export  [--db URL] --out PATH --pack NAME [--target T] [--name S]   a record pack
+    qcompile db packs   [--dir DIR] [--verbose]        the record packs qcompile ships
     qcompile db import  [--db URL] PATH [--format auto|jsonl|metaschedule]
     qcompile db prune   [--db URL] --keep K [--dry-run]
     qcompile db merge   [--db URL] --from URL [--name S]
@@ -25,8 +27,9 @@ import json
 from pathlib import Path
 
 import targets
+from qcompile._version import __version__
 from qcompile.cli_args import check_output_dir, check_output_file, positive_int
-from qcompile.errors import DatabaseError
+from qcompile.errors import DatabaseError, UsageError
 
 #: ``--db``'s help: the URL forms, the drivers they get, the default.
 DB_HELP = ("SQLAlchemy URL of the tuning database: sqlite:////path/tuning.sqlite (its directory "
@@ -50,11 +53,20 @@ def add_layer_arguments(parser: argparse.ArgumentParser) -> None:
                              "$XDG_CACHE_HOME defaulting to ~/.cache)")
 
 
-def open_layers(args: argparse.Namespace):
-    """The shared database of ``--db`` (or $QCOMPILE_DB) layered over the local one."""
+def open_layers(args: argparse.Namespace, *, packs: bool = False):
+    """The shared database of ``--db`` (or $QCOMPILE_DB) layered over the local one; with
+    ``packs``, the shipped record packs below both (read-only; ``$QCOMPILE_PACKS=0``: none)."""
     from tuning_db.layers import open_layers as _open
 
-    return _open(args.db, readonly=getattr(args, "db_readonly", False))
+    layers = _open(args.db, readonly=getattr(args, "db_readonly", False))
+    if packs:
+        from qcompile.trust.packs import pack_layer
+
+        shipped = pack_layer()
+        if shipped is not None:
+            layers.readers.append(shipped)
+            layers.packs = shipped
+    return layers
 
 
 def _storage(args, *, readonly: bool = False, check_schema: bool = True):
@@ -149,11 +161,59 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     (check_output_file if args.format == "jsonl" else check_output_dir)(args.out)
     storage = _storage(args)
+    if args.pack:
+        return _export_pack(args, storage)
+    if args.target:
+        raise UsageError("--target selects a pack's records: give --pack NAME with it")
     if args.format == "metaschedule":
         count = transfer.export_metaschedule(storage, args.out, name=args.name)
     else:
         count = transfer.export_jsonl(storage, args.out, name=args.name)
     print(f"exported {count.line()} from {storage.display_url} to {args.out} ({args.format})")
+    return 0
+
+
+def _export_pack(args: argparse.Namespace, storage) -> int:
+    from tuning_db.record_packs import write_pack
+
+    if args.format != "jsonl":
+        raise UsageError("a pack is JSON lines: --pack takes --format jsonl")
+
+    def target_ok(target_json: str) -> bool:
+        return not args.target or args.target in _target_label(target_json) \
+            or args.target in _tvm_label(target_json)
+
+    count = write_pack(storage, args.out, name=args.pack, target_label=_target_label,
+                       name_filter=args.name, target_filter=target_ok,
+                       qcompile_version=__version__)
+    print(f"packed {count.line()} from {storage.display_url} into {args.out} (pack "
+          f"{args.pack!r}: the fastest record of each workload)")
+    return 0
+
+
+def cmd_packs(args: argparse.Namespace) -> int:
+    from qcompile.trust.packs import PACKS_ENV, packs_dir, packs_enabled
+    from tuning_db.record_packs import shipped_packs
+
+    where = Path(args.dir) if args.dir else packs_dir()
+    packs = shipped_packs(where)
+    if not packs:
+        print(f"no record packs in {where}")
+        return 0
+    print(f"record packs in {where} (qcompile build reads them below your databases"
+          + ("" if packs_enabled() else f"; off: ${PACKS_ENV}=0") + "):")
+    print(f"  {'name':32s} {'target':18s} {'device model':34s} {'workloads':>9s} "
+          f"{'sealed':>6s}  made")
+    for pack in packs:
+        print(f"  {pack.name:32s} {pack.target:18s} {pack.device_model[:34]:34s} "
+              f"{pack.workloads:9d} {pack.sealed:3d}/{pack.records:<2d}  "
+              f"{pack.created_at[:10]} (qcompile {pack.qcompile_version})")
+        if args.verbose:
+            from tuning_db import transfer
+
+            for _, line in transfer.read_jsonl(pack.path):
+                if isinstance(line, dict) and line.get("type") == "workload":
+                    print(f"      {line.get('name')}")
     return 0
 
 
@@ -293,7 +353,20 @@ def add_db_commands(db_sub) -> None:
                    help="a .jsonl file, or a directory for --format metaschedule")
     p.add_argument("--format", choices=("jsonl", "metaschedule"), default="jsonl")
     p.add_argument("--name", default=None, help="workload names containing this")
+    p.add_argument("--pack", default=None, metavar="NAME",
+                   help="write a record pack: the fastest record of each workload, one target "
+                        "and device model, with a header naming them (qcompile db packs)")
+    p.add_argument("--target", default=None,
+                   help="with --pack: targets whose preset or TVM name contains this")
     p.set_defaults(func=cmd_export)
+
+    p = db_sub.add_parser("packs", help="the record packs qcompile ships (build reads them "
+                                        "when your databases have no record)")
+    p.add_argument("--dir", default=None,
+                   help="list the packs of this directory (default $QCOMPILE_PACKS_DIR, else "
+                        "the shipped ones)")
+    p.add_argument("--verbose", action="store_true", help="each pack's workloads too")
+    p.set_defaults(func=cmd_packs)
 
     p = db_sub.add_parser("import", help="add records from JSON lines or a MetaSchedule "
                                          "JSONDatabase (idempotent)")

@@ -3,7 +3,9 @@
 A built library is a cache of its record (the trace in the database is the truth), so it is kept
 under ``$XDG_CACHE_HOME/qcompile/kernels/<target>/<record digest>/`` and reused by every later
 process that finds the same best record; a better record (more tuning) gets a new directory.
-Within a process each spec is resolved once.
+Within a process each spec is resolved once. A spec with no record in the database is looked
+up in the record packs (:mod:`qcompile.trust.packs`; ``$QCOMPILE_PACKS=0``: not), whose record
+the build times once here before it believes it.
 
 What happens when a spec has no tuned record is the caller's explicit choice (``on_missing``):
 
@@ -30,6 +32,7 @@ from pathlib import Path
 import targets
 from qcompile.errors import NoRecordError, SpecError
 from qcompile.runtime import load_kernel
+from tuning_db.layers import Layers
 from tuning_db.storage import Storage, workload_digest
 from tuning_db.url import cache_dir, db_option
 
@@ -70,16 +73,29 @@ class KernelCache:
         self._untuned: set[str] = set()  # digests of the kernels built without a record
         self._has_record: dict[str, bool] = {}
         self._lock = threading.Lock()
+        self._packs = None  # the record packs' layer, opened on first need (False: none)
+
+    def packs(self):
+        """The record packs' read-only Storage, or None (none shipped, or turned off)."""
+        if self._packs is None:
+            from qcompile.trust.packs import pack_layer  # the record checks: on first need
+
+            self._packs = pack_layer() or False
+        return self._packs or None
 
     def best_record(self, spec):
-        """(workload, record) of the fastest successful record of ``spec``, or None."""
+        """(workload, record) of the fastest successful record of ``spec`` in the database,
+        else in the record packs; None when neither has one."""
         from qcompile import _tvm
         from qcompile.trust.workloads import workload_database
         from schedules.variants import compute_for
 
         target = _tvm.Target(self.preset.tvm_target(self.preset.hardware()))
         mod = _tvm.normalize_mod(compute_for(spec, self.preset.kind))
-        return workload_database(self.storage, spec, target).best(mod)
+        best = workload_database(self.storage, spec, target).best(mod)
+        if best is None and self.packs() is not None:
+            best = workload_database(self.packs(), spec, target).best(mod)
+        return best
 
     def has_record(self, spec) -> bool:
         """Whether ``spec`` has a successful record here: a key lookup, no TensorIR built."""
@@ -90,8 +106,11 @@ class KernelCache:
 
             target = _tvm.Target(self.preset.tvm_target(self.preset.hardware()))
             key = targets.target_key(_tvm.target_dict(target))
-            workload = self.storage.find_workload(workload_digest(spec.digest(), key))
-            found = workload is not None and bool(self.storage.top_records(workload.id, 1))
+            found = False
+            for storage in filter(None, (self.storage, self.packs())):
+                workload = storage.find_workload(workload_digest(spec.digest(), key))
+                found = found or (workload is not None
+                                  and bool(storage.top_records(workload.id, 1)))
             if not found:  # a record may arrive later (tuning elsewhere): ask again then
                 return False
             self._has_record[spec.digest()] = True
@@ -139,6 +158,14 @@ class KernelCache:
         out = cache_root() / self.preset.name / record.digest[:24]
         so_path = out / f"{spec.name()}.so"
         if not so_path.is_file():
-            so_path = build(spec, self.preset, out, storage=self.storage).so_path
+            so_path = build(spec, self.preset, out, layers=self._layers(best[1])).so_path
         return load_kernel(str(so_path))
+
+    def _layers(self, record):
+        """The database alone, or with the packs below it when ``record`` came from them (the
+        build then times the pack's record once and stores that in the database)."""
+        packs = self.packs()
+        if packs is None or record.database != packs.display_url:
+            return Layers.single(self.storage)
+        return Layers(writer=self.storage, readers=[self.storage, packs], packs=packs)
 

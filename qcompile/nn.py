@@ -342,7 +342,7 @@ class QuantLinear(torch.nn.Module):
         permutation = self._prepared.extras.get("perm")
         x = rows.to(dtype)
         if permutation is not None:
-            x = x.index_select(1, permutation)
+            x = x[:, permutation]
         shape = (self.in_features, self.out_features, dtype, self.device)
         with _scratch_lock:
             if shape not in _scratch:

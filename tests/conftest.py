@@ -116,9 +116,13 @@ def cpu_preset(request):
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path, monkeypatch):
-    """Tests never touch the user's cache or database unless they ask for it."""
+    """Tests never touch the user's cache or database unless they ask for it, and build without
+    the shipped record packs unless they ask for them (a pack holds records of common specs:
+    a test that expects no record for one would find it)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("QCOMPILE_DB", raising=False)
+    monkeypatch.setenv("QCOMPILE_PACKS", "0")
+    monkeypatch.delenv("QCOMPILE_PACKS_DIR", raising=False)
 
 
 # ---- CUDA (tests marked `cuda` run only where a GPU is) --------------------------------------

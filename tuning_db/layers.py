@@ -33,6 +33,8 @@ class Layers:
 
     writer: Storage
     readers: list[Storage]
+    #: The record packs' layer (tuning_db.record_packs), the last reader, when build reads them.
+    packs: Storage | None = None
 
     @classmethod
     def single(cls, storage: Storage) -> Layers:
@@ -42,7 +44,8 @@ class Layers:
         """The databases in lookup order, secrets masked (``display_url``); the writer marked."""
         parts = []
         for storage in self.readers:
-            mark = "" if storage is self.writer else " (read-only)"
+            mark = ("" if storage is self.writer else
+                    " (record packs)" if storage is self.packs else " (read-only)")
             parts.append(storage.display_url + mark)
         return " then ".join(parts)
 

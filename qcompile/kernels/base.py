@@ -275,7 +275,7 @@ class KernelFamily:
             if x.dim() not in (1, 2) or x.shape[-1] != spec.k:
                 raise ArgumentError(f"x must have shape [{spec.k}] or [{spec.m}, {spec.k}] "
                                     f"(M={spec.m}, K={spec.k}); got {list(x.shape)}")
-            x = x.index_select(-1, permutation)
+            x = x[..., permutation]
         if prepared.spec_digest != spec.digest():
             raise ArgumentError(
                 f"weights were prepared for another spec (digest {prepared.spec_digest[:12]}); "

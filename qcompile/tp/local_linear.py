@@ -164,7 +164,7 @@ class KernelLinear:
                                     f"shard); got {list(x.shape)}")
             if self.pads:  # the padded layout: a zero column feeds the padding rows
                 x = torch.nn.functional.pad(x, (0, 1))
-            x = x.index_select(1, self.index)
+            x = x[:, self.index]
         return self.kernel(x, self.weights)
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from qcompile.kernels import UniformSpec, get_family
+from qcompile.kernels.uniform import dense_torch
 from qcompile.kernels.uniform.dense_torch import dequantize_on_device
 
 FAMILY = get_family("uniform")
@@ -14,8 +15,9 @@ FAMILY = get_family("uniform")
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 8])
 @pytest.mark.parametrize(("group_size", "act_order"), [(32, False), (128, True), (-1, False)])
-def test_dense_weight_is_the_reference(bits, group_size, act_order):
-    # K spans several chunks of 64 blocks of 32 rows, and a last partial chunk
+def test_dense_weight_is_the_reference(bits, group_size, act_order, monkeypatch):
+    # chunks of 5 blocks of 32 rows: K's 132 blocks end in a partial chunk
+    monkeypatch.setattr(dense_torch, "_CHUNK_ELEMENTS", 5 * 32 * 64)
     spec = UniformSpec(k=128 * 33, n=64, bits=bits, group_size=group_size)
     rng = np.random.default_rng(bits)
     tensors = FAMILY.example_tensors(spec, rng)

@@ -20,9 +20,10 @@ import numpy as np
 
 #: Largest max |logits - reference| / max |reference| accepted, by activation dtype. A model
 #: is 32 layers deep, so rounding compounds past one layer's bound (tools/harness/reference.py):
-#: fp16 models measured 6e-4 at 3 layers (docs/model.md); 1e-2 still fails any wrong operand
-#: (wrong zero-points or codes give errors of order 1).
-TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}
+#: fp16 models measured 6e-4 at 3 layers, and at Llama-2-7B's 32 layers transformers' own dense
+#: fp16 model is about 1e-2 from the float64 one (docs/model.md), so fp16 gets 2e-2; that still
+#: fails any wrong operand (wrong zero-points or codes give errors of order 1).
+TOLERANCE = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 3e-2}
 
 
 class Unavailable(Exception):

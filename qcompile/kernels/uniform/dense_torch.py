@@ -12,12 +12,57 @@ stream (qcompile.formats.bitpack); code j of a block sits at bit ``b j``, and fo
 
 from __future__ import annotations
 
+import functools
+
 from qcompile.kernels.base import PreparedWeights
 from qcompile.kernels.uniform.spec import UniformSpec
 
-#: Blocks of 32 rows decoded at once: bounds the int32 temporaries to about 8 MiB per
-#: thousand columns.
-_CHUNK_BLOCKS = 64
+#: Elements (rows x columns) decoded at once: bounds the float32 and int32 temporaries to
+#: about 128 MiB each, in a few chunks even for the widest layers (few kernel launches: the
+#: prefill path is launch-bound when it decodes code by code).
+_CHUNK_ELEMENTS = 1 << 25
+
+
+@functools.cache
+def _code_fields(bits: int) -> tuple[tuple[int, ...], ...]:
+    """Where code j (0..31) of a 32-row block sits in the block's ``bits`` words, as five
+    tuples over j: the word holding its low bits, their shift, their mask, and for the codes
+    that straddle into the next word (3 bits: codes 10 and 21) that word's mask and the shift
+    that puts its bits above the low ones (mask 0 and shift 0 for every other code)."""
+    word, shift, low_mask, high_mask, high_shift = [], [], [], [], []
+    for j in range(32):
+        w, s = divmod(bits * j, 32)
+        low_bits = min(bits, 32 - s)
+        word.append(w)
+        shift.append(s)
+        low_mask.append((1 << low_bits) - 1)
+        high_mask.append((1 << (bits - low_bits)) - 1)
+        high_shift.append(low_bits if low_bits < bits else 0)
+    return tuple(word), tuple(shift), tuple(low_mask), tuple(high_mask), tuple(high_shift)
+
+
+def _field_tensors(bits: int, device) -> tuple:
+    """:func:`_code_fields` as int32 tensors [1, 32, 1] on ``device`` (the low word's index as
+    int64 [32]), made once per dequantization."""
+    import torch
+
+    word, *rest = (torch.tensor(t, dtype=torch.int32, device=device)
+                   for t in _code_fields(bits))
+    return (word.long(), *(t.view(1, 32, 1) for t in rest))
+
+
+def _decode_codes(words, bits: int, fields):
+    """int32 words [B, bits, N] (B blocks of 32 rows) -> int32 codes [B * 32, N]
+    (``fields``: :func:`_field_tensors`)."""
+    import torch
+
+    word, shift, low_mask, high_mask, high_shift = fields
+    low = words.index_select(1, word)  # [B, 32, N]: each code's low word
+    codes = torch.bitwise_and(torch.bitwise_right_shift(low, shift), low_mask)
+    if bits == 3:  # the straddling codes' high bits, from the next word
+        high = words.index_select(1, torch.clamp(word + 1, max=bits - 1))
+        codes |= torch.bitwise_left_shift(torch.bitwise_and(high, high_mask), high_shift)
+    return codes.view(-1, words.shape[-1])
 
 
 def dequantize_on_device(spec: UniformSpec, prepared: PreparedWeights, dtype, out=None):
@@ -59,23 +104,14 @@ def dequantize_on_device(spec: UniformSpec, prepared: PreparedWeights, dtype, ou
                          f"{qweight.device}; got {out.dtype} {list(out.shape)} on {out.device}")
     group = spec.effective_group_size
     words = qweight.view(k // 32, bits, n)
-    rows_of = out.view(k // 32, 32, n)
-    mask = (1 << bits) - 1
-    for first in range(0, k // 32, _CHUNK_BLOCKS):
-        block = words[first:first + _CHUNK_BLOCKS]
-        codes = torch.empty((block.shape[0], 32, n), dtype=torch.int32, device=block.device)
-        for j in range(32):
-            word, shift = divmod(bits * j, 32)
-            low = torch.bitwise_right_shift(block[:, word], shift)
-            if shift + bits > 32:  # straddles: the low bits' sign fill must not reach the high
-                low = torch.bitwise_and(low, (1 << (32 - shift)) - 1)
-                low = torch.bitwise_or(low, torch.bitwise_left_shift(block[:, word + 1],
-                                                                     32 - shift))
-            codes[:, j] = torch.bitwise_and(low, mask)
-        rows = torch.arange(first * 32, first * 32 + block.shape[0] * 32, device=block.device)
-        g = rows // group
-        codes = codes.view(-1, n).to(torch.float32)
+    blocks_per_chunk = max(1, _CHUNK_ELEMENTS // (32 * n))
+    fields = _field_tensors(bits, qweight.device)
+    for first in range(0, k // 32, blocks_per_chunk):
+        block = words[first:first + blocks_per_chunk]
+        rows = slice(first * 32, (first + block.shape[0]) * 32)
+        g = torch.arange(rows.start, rows.stop, device=block.device) // group
+        codes = _decode_codes(block, bits, fields).to(torch.float32)
         weight = (codes - zeros.index_select(0, g).to(torch.float32)) * scales.index_select(
             0, g).to(torch.float32)
-        rows_of[first:first + block.shape[0]] = weight.view(-1, 32, n).to(dtype)
+        out[rows] = weight
     return out

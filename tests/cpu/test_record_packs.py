@@ -1,0 +1,120 @@
+"""Record packs (tuning_db/record_packs.py, qcompile/trust/packs.py) through the CLI, as a user
+runs them: a tuned database packed, listed, and built from in a fresh cache with no tuning; a
+pack whose records were tampered with refused in one line; the packs that ship with qcompile
+valid."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import targets
+from tuning_db.record_packs import shipped_packs
+
+QCOMPILE = [sys.executable, "-m", "qcompile.cli"]
+SHAPE = "256x256"
+pytestmark = pytest.mark.slow
+
+
+def run(args, env):
+    return subprocess.run(QCOMPILE + args, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    """(packs directory, pack file) of one real 4-trial tune of SHAPE, packed."""
+    supported, reason = targets.get("avx2").host_support()
+    if not supported:
+        pytest.skip(f"host cannot run avx2 code: {reason}")
+    root = tmp_path_factory.mktemp("packs")
+    env = {**os.environ, "XDG_CACHE_HOME": str(root / "tuner-cache")}
+    database = f"sqlite:///{root / 'tuned.sqlite'}"
+    tuned = run(["tune", "--target", "avx2", "--shape", SHAPE, "--trials", "4", "--quiet",
+                 "--db", database], env)
+    assert tuned.returncode == 0, tuned.stderr
+    (root / "packs").mkdir()
+    pack = root / "packs" / "tiny-avx2.jsonl"
+    made = run(["db", "export", "--db", database, "--pack", "tiny-avx2", "--target", "avx2",
+                "--out", str(pack)], env)
+    assert made.returncode == 0, made.stderr
+    assert "packed 1 workloads, 1 records" in made.stdout
+    return root / "packs", pack
+
+
+def fresh_env(tmp_path, packs: Path, **extra) -> dict:
+    return {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"),
+            "QCOMPILE_PACKS_DIR": str(packs), "QCOMPILE_PACKS": "1", "QCOMPILE_DB": "",
+            **extra}
+
+
+def test_a_pack_is_listed_with_its_target_and_device_model(packed, tmp_path):
+    packs, _ = packed
+    listed = run(["db", "packs", "--verbose"], fresh_env(tmp_path, packs))
+    assert listed.returncode == 0, listed.stderr
+    line = next(x for x in listed.stdout.splitlines() if x.strip().startswith("tiny-avx2"))
+    assert "avx2" in line and " 1 " in line  # target, one workload
+    assert "uniform_b4_g128_k256_n256_m1_f32" in listed.stdout
+
+
+def test_a_fresh_cache_builds_from_the_pack_with_no_tuning(packed, tmp_path):
+    packs, _ = packed
+    built = run(["build", "--target", "avx2", "--shape", SHAPE, "--out", str(tmp_path / "out")],
+                fresh_env(tmp_path, packs))
+    assert built.returncode == 0, built.stderr
+    assert "0 trials: the record comes from a record pack" in built.stdout
+    assert "re-measured here" in built.stdout  # a pack's latency is a claim until timed here
+    assert list((tmp_path / "out").glob("*.so"))
+
+
+def test_without_packs_the_build_asks_for_a_tune(packed, tmp_path):
+    packs, _ = packed
+    built = run(["build", "--target", "avx2", "--shape", SHAPE, "--out", str(tmp_path / "out")],
+                fresh_env(tmp_path, packs, QCOMPILE_PACKS="0"))
+    assert built.returncode != 0
+    assert "no tuned record" in built.stderr and "qcompile tune" in built.stderr
+    assert "Traceback" not in built.stderr
+
+
+def test_a_tampered_pack_is_refused_in_one_line(packed, tmp_path):
+    _, pack = packed
+    lines = pack.read_text().splitlines()
+    for index, text in enumerate(lines):
+        line = json.loads(text)
+        if line.get("type") == "record":  # a trace that is not a trace
+            line["trace_json"] = json.dumps({"insts": "rm -rf /", "decisions": []})
+            lines[index] = json.dumps(line)
+    bad = tmp_path / "bad-packs"
+    bad.mkdir()
+    (bad / pack.name).write_text("\n".join(lines) + "\n")
+    built = run(["build", "--target", "avx2", "--shape", SHAPE, "--out", str(tmp_path / "out")],
+                fresh_env(tmp_path, bad))
+    assert built.returncode != 0
+    assert "Traceback" not in built.stderr
+    assert pack.name in built.stderr  # which file, and why, on the error line
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.so"))
+
+
+def test_the_shipped_packs_are_valid_packs():
+    for pack in shipped_packs():
+        assert pack.workloads == pack.records > 0, pack.name
+        assert pack.target and pack.device_model, pack.name
+
+
+def test_the_kernel_cache_of_models_builds_from_the_packs(packed, monkeypatch):
+    from qcompile.errors import NoRecordError
+    from qcompile.kernel_cache import KernelCache
+    from qcompile.kernels import UniformSpec
+
+    packs, _ = packed
+    monkeypatch.setenv("QCOMPILE_PACKS", "1")
+    monkeypatch.setenv("QCOMPILE_PACKS_DIR", str(packs))
+    cache = KernelCache("avx2", on_missing="error")
+    spec = UniformSpec(k=256, n=256)
+    assert cache.has_record(spec)
+    assert cache.get(spec) is not None  # built from the pack's record, timed here once
+    assert cache.best_record(spec) is not None
+    with pytest.raises(NoRecordError, match="no tuned record"):
+        cache.get(UniformSpec(k=256, n=512))  # not in the pack

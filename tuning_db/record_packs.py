@@ -1,0 +1,181 @@
+"""Record packs: a curated JSON lines export of one target and one device model, the fastest
+record of each workload, that qcompile ships so that a fresh install builds common shapes with
+no tuning.
+
+A pack is a :mod:`tuning_db.transfer` JSON lines file whose header also carries a ``"pack"``
+object: its name, the target (as ``qcompile targets`` names it), the device model its records
+were measured on, when and by which qcompile it was made. Its records keep their provenance and
+seals. Nothing in a pack is trusted for being shipped: its lines are validated like any import
+(:mod:`qcompile.trust.records`), and a build times a pack's records on its own machine before
+it believes their latency (:mod:`qcompile.trust.choice`), once; the measurement it stores, sealed
+with the host's key, serves every later build.
+
+The shipped packs live in ``tuning_db/packs/*.jsonl``; ``qcompile db packs`` lists them and
+``qcompile db export --pack NAME`` makes one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from qcompile.errors import DatabaseError
+from tuning_db import transfer
+from tuning_db.models import STATUS_OK
+from tuning_db.schema import HEAD
+from tuning_db.storage import Storage
+
+#: Where the packs that ship with qcompile live.
+SHIPPED_DIR = Path(__file__).with_name("packs")
+#: The header key that makes an export a pack.
+PACK_KEY = "pack"
+#: The longest pack name, and its characters (it names a file).
+MAX_NAME = 80
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+@dataclass(frozen=True)
+class PackInfo:
+    """What a pack's header and lines say about it.
+
+    Attributes
+    ----------
+    name, target, device_model, created_at, qcompile_version : str
+        From the header's ``"pack"`` object.
+    path : Path
+    workloads, records, measurements : int
+        Lines of each kind.
+    sealed : int
+        Records whose tune measurement carries a seal: the maker's host or team vouched for
+        them (a reader believes them only with the same key; others time them once).
+    """
+
+    name: str
+    target: str
+    device_model: str
+    created_at: str
+    qcompile_version: str
+    path: Path
+    workloads: int
+    records: int
+    measurements: int
+    sealed: int
+
+
+def check_name(name: str) -> str:
+    """A pack name: lower-case letters, digits, ``-_.``, 1..:data:`MAX_NAME` characters."""
+    if not name or len(name) > MAX_NAME or not set(name) <= _NAME_CHARS or name[0] == ".":
+        raise DatabaseError(f"pack name {name!r} must be 1-{MAX_NAME} characters of a-z, 0-9, "
+                            "'-', '_' and '.', not starting with '.'")
+    return name
+
+
+def read_pack_info(path: str | Path) -> PackInfo:
+    """The :class:`PackInfo` of the pack at ``path``; DatabaseError (one line) when it is not a
+    pack (no ``"pack"`` header object, or one with missing or non-string fields)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            header = json.loads(handle.readline(transfer.MAX_LINE_BYTES).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DatabaseError(f"{path}: not a record pack ({type(error).__name__})") from None
+    pack = header.get(PACK_KEY) if isinstance(header, dict) else None
+    fields = ("name", "target", "device_model", "created_at", "qcompile_version")
+    if not isinstance(pack, dict) or not all(isinstance(pack.get(f), str) for f in fields):
+        raise DatabaseError(f"{path}: not a record pack (its first line needs a \"{PACK_KEY}\" "
+                            f"object with string fields {', '.join(fields)})")
+    check_name(pack["name"])
+    counts = {"workload": 0, "record": 0, "measurement": 0}
+    sealed = 0
+    for _, line in transfer.read_jsonl(path):
+        kind = line.get("type") if isinstance(line, dict) else None
+        if kind in counts:
+            counts[kind] += 1
+            sealed += kind == "record" and bool(line.get("seal"))
+    return PackInfo(name=pack["name"], target=pack["target"], device_model=pack["device_model"],
+                    created_at=pack["created_at"], qcompile_version=pack["qcompile_version"],
+                    path=path, workloads=counts["workload"], records=counts["record"],
+                    measurements=counts["measurement"], sealed=sealed)
+
+
+def shipped_packs(directory: str | Path = SHIPPED_DIR) -> list[PackInfo]:
+    """Every pack in ``directory`` (default the shipped ones), by name."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted((read_pack_info(p) for p in directory.glob("*.jsonl")), key=lambda p: p.name)
+
+
+def write_pack(storage: Storage, path: str | Path, *, name: str, target_label,
+               name_filter: str | None = None, target_filter=None,
+               qcompile_version: str = "") -> transfer.TransferCount:
+    """Write the fastest successful record of each selected workload of ``storage``, with its
+    measurements, as the pack ``name`` at ``path``.
+
+    Parameters
+    ----------
+    target_label : callable
+        ``target_label(target_json) -> str``: the target as the header names it.
+    name_filter : str, optional
+        Only workloads whose name contains it.
+    target_filter : callable, optional
+        ``target_filter(target_json) -> bool``: only workloads of the targets it accepts.
+
+    Raises
+    ------
+    DatabaseError
+        Nothing selected, or the selected records span several targets or device models (a pack
+        is one of each: the message lists them).
+    """
+    check_name(name)
+    chosen = []
+    for workload in storage.workloads():
+        if name_filter and name_filter not in workload.name:
+            continue
+        if target_filter and not target_filter(workload.target_json):
+            continue
+        best = [r for r in storage.top_records(workload.id, 1) if r.status == STATUS_OK]
+        if best:
+            chosen.append((workload, best[0]))
+    if not chosen:
+        raise DatabaseError(f"no successful record in {storage.display_url} matches the pack's "
+                            "filters: nothing to pack")
+    labels = sorted({target_label(w.target_json) for w, _ in chosen})
+    models = sorted({r.device_model for _, r in chosen})
+    if len(labels) > 1 or len(models) > 1:
+        raise DatabaseError(f"a pack holds one target and one device model; the selection has "
+                            f"targets {labels} and device models {models}: narrow it with "
+                            "--target or --name")
+    selected = {r.digest for _, r in chosen}
+    header = {"format": transfer.FORMAT, "version": transfer.VERSION, "schema": HEAD,
+              PACK_KEY: {"name": name, "target": labels[0], "device_model": models[0],
+                         "created_at": datetime.datetime.now(datetime.UTC).isoformat(
+                             timespec="seconds"),
+                         "qcompile_version": qcompile_version}}
+    lines = []
+    names = {w.name for w, _ in chosen}
+    for line in transfer.database_lines(storage):
+        kind = line["type"]
+        if kind == "workload" and line["name"] in names and any(
+                w.digest == line["digest"] for w, _ in chosen):
+            lines.append(line)
+        elif kind == "record" and line["digest"] in selected:
+            line["origin"] = f"pack {name}"
+            lines.append(line)
+        elif kind == "measurement" and line["record"] in selected:
+            lines.append(line)
+    count = transfer.TransferCount()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as out:
+        out.write(json.dumps(header) + "\n")
+        for line in lines:
+            count.workloads += line["type"] == "workload"
+            count.records += line["type"] == "record"
+            count.measurements += line["type"] == "measurement"
+            out.write(json.dumps(line) + "\n")
+    tmp.replace(path)
+    return count
+
