@@ -58,7 +58,7 @@ from qcompile.cli_args import (
 )
 from qcompile.cli_db import add_db_argument, add_db_commands, add_layer_arguments, open_layers
 from qcompile.errors import FormatError, SpecError, UsageError
-from qcompile.kernels import FAMILIES, get_family
+from qcompile.kernels import FAMILIES, family_of, get_family
 from qcompile.kernels.base import KernelSpec
 from qcompile.measure import MeasurePolicy, RemoteDevices
 from targets.host import usable_cores
@@ -202,6 +202,10 @@ def tune_checkpoint(args: argparse.Namespace) -> int:
              for spec in gptq.distinct_specs(layers, m=m, dtype=args.dtype, int8_activations=int8)]
     print(f"{args.from_gptq}: {count}, {len(specs)} distinct kernel specs "
           f"(M={','.join(map(str, args.batch))}, {args.dtype})", flush=True)
+    policy = measure_policy(args)
+    if len(specs) > 1 and policy is None and all(
+            family_of(s).measure_arguments(s) is None for s, _ in specs):
+        return tune_layer_set_job(args, preset, db_layers, specs)
     failed = 0
     started = STARTED  # the first run's time counts TVM's start-up
     for index, (spec, names) in enumerate(specs, 1):
@@ -217,6 +221,25 @@ def tune_checkpoint(args: argparse.Namespace) -> int:
         print("\n".join(summary.lines()))
         failed += summary.best_us is None
     return 1 if failed else 0
+
+
+def tune_layer_set_job(args: argparse.Namespace, preset, db_layers, specs) -> int:
+    """A checkpoint's distinct specs as one job: ``--trials`` per spec on average, shared by
+    how often the model calls each (its layers) and how much each still gains."""
+    from qcompile.progress import TuneProgress  # tqdm: only a tuning run pays for it
+
+    total = args.trials * len(specs)
+    print(f"tuning them as one job: {total} trials shared by the {len(specs)} specs, weighted "
+          "by their layers; a spec stops early when its best stops moving", flush=True)
+    with TuneProgress(total, f"{len(specs)} specs @{preset.name}", started=STARTED,
+                      enabled=not args.quiet, phase="starting TVM") as progress:
+        from qcompile.tune import tune_layer_set  # loads TVM (seconds): the bar shows it
+
+        summary = tune_layer_set([s for s, _ in specs], [len(names) for _, names in specs],
+                                 preset, trials=total, layers=db_layers, seed=args.seed,
+                                 progress=progress, force=args.force)
+    print("\n".join(summary.lines()))
+    return 1 if any(row[3] is None for row in summary.rows) else 0
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 
 from qcompile import _tvm
+from qcompile._tvm import derived_object
 from qcompile.callbacks import ProgressBuilder, ProgressRunner, RecordMeasurements, ShowProgress
 from qcompile.errors import TargetUnavailableError, UsageError
 from qcompile.kernels import family_of
@@ -35,7 +36,7 @@ from schedules.variants import compute_for
 from targets.host import usable_cores
 from targets.isa import require_tune_host
 from tuning_db import Storage
-from tuning_db.database import SqlDatabase
+from tuning_db.database import SqlDatabase, WorkloadSetDatabase
 from tuning_db.layers import Layers
 from tuning_db.models import PURPOSE_REMEASURE
 
@@ -43,6 +44,10 @@ log = logging.getLogger(__name__)
 
 #: Candidates per batch: built and measured together, committed together.
 BATCH = 8
+#: A spec of a layer set stops when its best improved by less than this share ...
+FLAT_GAIN = 0.01
+#: ... over this many of its measured candidates (4 batches).
+FLAT_PATIENCE = 4 * BATCH
 #: After a busy run, how many of the best candidates are measured again.
 REMEASURE_TOP = 3
 #: How long a busy run waits for a quieter machine before re-measuring (seconds).
@@ -311,3 +316,172 @@ def _remeasure_best(database: SqlDatabase, mod, spec: KernelSpec, preset, target
         return 0, None, None
     fastest, measured = min(timed, key=lambda item: item[1].mean_us)
     return len(timed), fastest.record.id, measured.mean_us
+
+
+@dataclass(frozen=True)
+class LayerSetSummary:
+    """What :func:`tune_layer_set` did: the trials each spec got, its best, and the job's."""
+
+    target: str
+    elapsed_s: float
+    #: (spec name, weight, trials measured, best us or None, stopped early)
+    rows: list[tuple[str, float, int, float | None, bool]]
+    database: str
+
+    def lines(self) -> list[str]:
+        trials = sum(r[2] for r in self.rows)
+        weighted = sum(r[1] * r[3] for r in self.rows if r[3] is not None)
+        lines = [f"tuned {len(self.rows)} layer shapes for {self.target} as one job: {trials} "
+                 f"trials in {self.elapsed_s:.0f} s; the layers' time per forward pass (each "
+                 f"best times its calls): {weighted:.1f} us",
+                 f"  {'spec':44s} {'calls':>5s} {'trials':>6s} {'best us':>9s}"]
+        for name, weight, measured, best_us, stopped in self.rows:
+            best = f"{best_us:9.1f}" if best_us is not None else f"{'-':>9s}"
+            flat = "  (stopped: flat)" if stopped else "  (reused its records)" if \
+                measured == 0 and best_us is not None else ""
+            lines.append(f"  {name:44s} {weight:5.0f} {measured:6d} {best}{flat}")
+        lines.append(f"  stored in {self.database}")
+        return lines
+
+
+@derived_object
+class StopWhenFlat(_tvm.ms.measure_callback.PyMeasureCallback):
+    """Terminate a task whose best latency has not improved by :data:`FLAT_GAIN` over its last
+    ``patience`` measured candidates (its share of the budget then goes to the others)."""
+
+    def __init__(self, patience: int) -> None:
+        super().__init__()
+        self.patience = patience
+        self.best: dict[int, float] = {}
+        self.since: dict[int, int] = {}
+        self.measured: dict[int, int] = {}
+        self.stopped: set[int] = set()
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
+              runner_results) -> None:
+        for built, ran in zip(builder_results, runner_results, strict=True):
+            self.measured[task_id] = self.measured.get(task_id, 0) + 1
+            secs = None if built.error_msg or ran.error_msg else ran.run_secs
+            mean = sum(float(s) for s in secs) / len(secs) if secs else None
+            best = self.best.get(task_id)
+            if mean is not None and (best is None or mean < best * (1 - FLAT_GAIN)):
+                self.best[task_id], self.since[task_id] = mean, 0
+            else:
+                if mean is not None and best is not None:
+                    self.best[task_id] = min(best, mean)
+                self.since[task_id] = self.since.get(task_id, 0) + 1
+        tasks = task_scheduler.tasks_
+        # Only after every task had its first batch: MetaSchedule's gradient scheduler hands the
+        # first round out in turn, terminated or not, and terminates a task twice then.
+        warmed = all(self.measured.get(i, 0) > 0 for i in range(len(tasks)))
+        if warmed and self.since.get(task_id, 0) >= self.patience and \
+                not tasks[task_id].is_terminated:
+            self.stopped.add(task_id)
+            task_scheduler.terminate_task(task_id)
+
+
+
+def tune_layer_set(specs: list[KernelSpec], weights: list[float], preset, *, trials: int,
+                   layers: Layers | None = None, seed: int = 0,
+                   progress: bool | TuneProgress = True, force: bool = False,
+                   patience: int = FLAT_PATIENCE) -> LayerSetSummary:
+    """Tune a model's distinct layer shapes as one MetaSchedule job that shares ``trials``.
+
+    MetaSchedule's gradient task scheduler gives each next batch to the spec whose weighted
+    latency is still falling fastest: ``weights`` are how often a forward pass calls each spec
+    (its layers), so a shape the model calls 32 times a token is worth more trials than one it
+    calls once. Every spec's search starts from its design space's seeded points (the QIGen
+    model's and the heuristic's), candidates are built in parallel processes (one per core), and
+    a spec whose best stops moving (by :data:`FLAT_GAIN` over ``patience`` candidates) stops
+    early. Records are stored per spec as :func:`tune` stores them.
+
+    Parameters
+    ----------
+    specs : list of KernelSpec
+        Distinct specs of one family kind, all measured with MetaSchedule's random operands.
+    weights : list of float
+        Calls per forward pass of each spec.
+    trials : int
+        Candidates measured in all (at least one batch per spec).
+    force : bool
+        Tune every spec. Without it a spec whose databases already hold ``trials / len(specs)``
+        measured records is not tuned again (its row says so), as :func:`tune` reuses them.
+
+    Raises
+    ------
+    UsageError
+        No specs, weights that do not match them, or a spec whose operands need a family's
+        own filling (tune those one by one).
+    """
+    if not specs or len(weights) != len(specs) or min(weights) <= 0:
+        raise UsageError(f"a layer set needs specs and a positive weight for each; got "
+                         f"{len(specs)} specs and weights {weights}")
+    if any(family_of(s).measure_arguments(s) is not None for s in specs):
+        raise UsageError("a layer set is measured with random operands; these specs need their "
+                         "family's own (act_order permutations, say): tune them one by one")
+    trials = max(trials, BATCH * len(specs))
+    if preset.kind == "cpu":
+        require_tune_host(preset)
+    if not isinstance(progress, TuneProgress):
+        progress = TuneProgress(trials, f"{len(specs)} shapes @{preset.name}",
+                                enabled=progress)
+    with progress:
+        started = progress.started
+        _tvm.quiet_meta_schedule()
+        layers = layers or Layers.single(Storage())
+        hw = preset.hardware()
+        target = _tvm.Target(preset.tvm_target(hw))
+        sealer = Sealer.load()
+        provenance = measuring_provenance(preset)
+        every = []  # (spec, weight, module, view) of every spec
+        for spec, weight in zip(specs, weights, strict=True):
+            mod = _tvm.normalize_mod(compute_for(spec, preset.kind))
+            view = workload_database(layers.writer, spec, target, provenance=provenance,
+                                     readers=layers.readers, sealer=sealer)
+            every.append((spec, weight, mod, view))
+        share = trials / len(specs)
+        tuned = [e for e in every if force or e[3].measured(e[2]) < share
+                 or e[3].best(e[2]) is None]
+        stopper = StopWhenFlat(patience)
+        if tuned:
+            _tune_together(tuned, preset, target, hw, max(BATCH * len(tuned),
+                                                         round(share * len(tuned))),
+                           seed, progress, stopper)
+    rows = []
+    for spec, weight, mod, view in every:
+        index = next((i for i, e in enumerate(tuned) if e[0] is spec), None)
+        best = view.best(mod)
+        rows.append((spec.name(), float(weight), stopper.measured.get(index, 0),
+                     best[1].mean_us if best else None, index in stopper.stopped))
+    return LayerSetSummary(target=preset.name, elapsed_s=time.monotonic() - started,
+                           rows=rows, database=layers.writer.display_url)
+
+
+def _tune_together(tuned: list, preset, target, hw, trials: int, seed: int,
+                   progress: TuneProgress, stopper: StopWhenFlat) -> None:
+    """One MetaSchedule job over ``tuned`` [(spec, weight, module, view)]: the gradient task
+    scheduler, records stored through each spec's view."""
+    cores = getattr(hw, "cores", None) or usable_cores()
+    policy = MeasurePolicy(build_workers=cores)
+    progress.set_total(trials)
+    for _, _, mod, view in tuned:
+        view.register(mod)  # our errors (a read-only database), before MetaSchedule's FFI
+    database = WorkloadSetDatabase([(mod, view) for _, _, mod, view in tuned])
+    recorder = RecordMeasurements(database)
+    callbacks = [recorder, stopper, _tvm.ms.measure_callback.RemoveBuildArtifact(),
+                 _tvm.ms.measure_callback.UpdateCostModel(), ShowProgress(progress)]
+    progress.set_phase("searching (batch 1)")
+    with tempfile.TemporaryDirectory(prefix="qcompile-tune-") as scratch:
+        contexts = [_tvm.tune_context(
+            mod=mod, target=target, space_generator=space_generator(spec, preset.kind, hw),
+            search_strategy=search_strategy(spec, preset.kind), task_name=spec.name(),
+            rand_state=seed + index, num_threads=cores,
+            logger=_tvm.ms.logging.get_logger(f"qcompile.tune.{spec.name()}"))
+            for index, (spec, _, mod, _) in enumerate(tuned)]
+        _tvm.ms.tune.tune_tasks(
+            tasks=contexts, task_weights=[float(e[1]) for e in tuned], work_dir=scratch,
+            max_trials_global=trials, num_trials_per_iter=BATCH,
+            builder=ProgressBuilder(policy.builder(), progress),
+            runner=ProgressRunner(policy.runner(None), progress),
+            database=database, cost_model="xgb", measure_callbacks=callbacks,
+            task_scheduler="gradient")

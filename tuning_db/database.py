@@ -419,3 +419,57 @@ def _check_hash(info: WorkloadInfo, mod_hash: str) -> None:
             f"hash {info.mod_hash} != {mod_hash}). The compute definition changed without a "
             "compute_version bump; bump it so the new kernel gets a fresh workload"
         )
+
+
+@derived_object
+class WorkloadSetDatabase(ms.database.PyDatabase):
+    """One MetaSchedule database over several workloads (a model's layer shapes tuned as one
+    job): each call goes to the :class:`SqlDatabase` view of the module it names.
+
+    Parameters
+    ----------
+    views : list of (module, SqlDatabase)
+        Each workload's compute and its view; the modules' structural hashes route the calls.
+    """
+
+    def __init__(self, views: list) -> None:
+        super().__init__()
+        self.views = [view for _, view in views]
+        self._by_hash = {view._hash_of(mod): view for mod, view in views}
+
+    def view_of(self, mod) -> SqlDatabase:
+        """The view that serves ``mod``; DatabaseError for a module of none of them."""
+        view = self._by_hash.get(_tvm.structural_hash(mod))
+        if view is None:
+            raise DatabaseError("a module of none of this job's workloads: "
+                                f"{', '.join(v.workload.name for v in self.views)}")
+        return view
+
+    def commit_measurement(self, record: TuningRecord, status: str, error: str | None,
+                           other_load: float | None = None) -> int | None:
+        """:meth:`SqlDatabase.commit_measurement` of the record's workload."""
+        return self.view_of(record.workload.mod).commit_measurement(record, status, error,
+                                                                    other_load)
+
+    # ---- the PyDatabase interface ----------------------------------------------------------
+
+    def has_workload(self, mod) -> bool:
+        return self.view_of(mod).has_workload(mod)
+
+    def commit_workload(self, mod) -> Workload:
+        return self.view_of(mod).commit_workload(mod)
+
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        self.view_of(record.workload.mod).commit_tuning_record(record)
+
+    def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        return self.view_of(workload.mod).get_top_k(workload, top_k)
+
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        return [r for view in self.views for r in view.get_all_tuning_records()]
+
+    def query_tuning_record(self, mod, target, workload_name=None) -> TuningRecord | None:
+        return self.view_of(mod).query_tuning_record(mod, target, workload_name)
+
+    def __len__(self) -> int:
+        return sum(len(view) for view in self.views)
