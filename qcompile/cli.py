@@ -83,6 +83,15 @@ def parse_shape(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """``KxN,KxN,...``: distinct shapes, in order."""
+    shapes = [parse_shape(part) for part in text.split(",") if part.strip()]
+    if not shapes:
+        raise argparse.ArgumentTypeError(f"shapes must look like KxN,KxN (e.g. "
+                                         f"4096x4096,4096x11008); got {text!r}")
+    return list(dict.fromkeys(shapes))
+
+
 def add_spec_arguments(parser: argparse.ArgumentParser, batches: bool = False) -> None:
     """The spec flags; ``batches``: ``--batch`` takes a list (tune --from-gptq's M values)."""
     group = parser.add_argument_group("kernel spec")
@@ -315,24 +324,29 @@ def cmd_rpc_server(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    spec = spec_from_args(args)
+    shapes = args.shapes or [args.shape]
+    # every spec's rules first (seconds), then one TVM start for all of them
+    specs = [spec_from_args(argparse.Namespace(**{**vars(args), "shape": shape}))
+             for shape in shapes]
     preset = targets.get(args.target)
     require_build_host(preset, args.for_another_host)  # before TVM loads
     check_output_dir(args.out)
     layers = open_layers(args, packs=True)
     from qcompile.build import build  # loads TVM (seconds)
 
-    result = build(spec, preset, args.out, layers=layers, for_another_host=args.for_another_host)
-    print(f"built {result.so_path} from record {result.record_id}: {result.how}; "
-          f"manifest {result.manifest_path}")
-    if result.source:
-        if layers.packs is not None and result.source == layers.packs.display_url:
-            from qcompile.trust.packs import packs_dir  # light CLI: SQLAlchemy on use
+    for spec in specs:
+        result = build(spec, preset, args.out, layers=layers,
+                       for_another_host=args.for_another_host)
+        print(f"built {result.so_path} from record {result.record_id}: {result.how}; "
+              f"manifest {result.manifest_path}")
+        if result.source:
+            if layers.packs is not None and result.source == layers.packs.display_url:
+                from qcompile.trust.packs import packs_dir  # light CLI: SQLAlchemy on use
 
-            print(f"  0 trials: the record comes from a record pack in {packs_dir()} "
-                  "(qcompile db packs)")
-        else:
-            print(f"  0 trials: the record comes from {result.source}")
+                print(f"  0 trials: the record comes from a record pack in {packs_dir()} "
+                      "(qcompile db packs)")
+            else:
+                print(f"  0 trials: the record comes from {result.source}")
     return 0
 
 
@@ -459,6 +473,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", required=True, choices=sorted(targets.PRESETS))
     add_spec_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--shapes", type=parse_shapes, default=None, metavar="KxN,KxN,...",
+                   help="build several shapes with the other spec flags, in one process (a "
+                        "model's layer set: TVM starts once); instead of --shape")
     p.add_argument("--for-another-host", action="store_true",
                    help="build for a CPU target whose instructions this host lacks (the "
                         "library is for a host that has them; default: refuse)")

@@ -99,6 +99,16 @@ def test_unknown_command_and_target(env):
     assert_one_line(qcompile(["db", "nope"], env), "invalid choice: 'nope'")
 
 
+def test_build_shapes_errors(tmp_path, env):
+    build = ["build", "--target", "avx2", "--out", str(tmp_path / "out")]
+    assert_one_line(qcompile([*build, "--shapes", "4096x4096,4096by11008"], env),
+                    "argument --shapes", "shape must look like KxN", "4096by11008")
+    assert_one_line(qcompile([*build, "--shapes", ","], env), "argument --shapes",
+                    "shapes must look like KxN,KxN")
+    # every spec's rules before anything is built: the second shape's N is named
+    assert_one_line(qcompile([*build, "--shapes", "4096x4096,4096x100"], env), "N=100")
+
+
 def test_missing_sqlite_directory_is_an_error_naming_it(tmp_path, env):
     missing = tmp_path / "no" / "such" / "dir"
     url = f"sqlite:///{missing / 'x.sqlite'}"
