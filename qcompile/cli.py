@@ -248,7 +248,7 @@ def tune_layer_set_job(args: argparse.Namespace, preset, db_layers, specs) -> in
                                  preset, trials=total, layers=db_layers, seed=args.seed,
                                  progress=progress, force=args.force)
     print("\n".join(summary.lines()))
-    return 1 if any(row[3] is None for row in summary.rows) else 0
+    return 1 if any(row.best_us is None for row in summary.rows) else 0
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -334,19 +334,18 @@ def cmd_build(args: argparse.Namespace) -> int:
     layers = open_layers(args, packs=True)
     from qcompile.build import build  # loads TVM (seconds)
 
+    sources = {}  # where a record may come from -> how to say it
+    if layers.packs is not None:
+        from qcompile.trust.packs import packs_dir  # light CLI: SQLAlchemy on use
+
+        sources[layers.packs.display_url] = f"a record pack in {packs_dir()} (qcompile db packs)"
     for spec in specs:
         result = build(spec, preset, args.out, layers=layers,
                        for_another_host=args.for_another_host)
         print(f"built {result.so_path} from record {result.record_id}: {result.how}; "
               f"manifest {result.manifest_path}")
         if result.source:
-            if layers.packs is not None and result.source == layers.packs.display_url:
-                from qcompile.trust.packs import packs_dir  # light CLI: SQLAlchemy on use
-
-                print(f"  0 trials: the record comes from a record pack in {packs_dir()} "
-                      "(qcompile db packs)")
-            else:
-                print(f"  0 trials: the record comes from {result.source}")
+            print(f"  0 trials: the record comes from {sources.get(result.source, result.source)}")
     return 0
 
 

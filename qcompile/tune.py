@@ -7,6 +7,7 @@ import logging
 import tempfile
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from qcompile import _tvm
 from qcompile._tvm import derived_object
@@ -318,19 +319,30 @@ def _remeasure_best(database: SqlDatabase, mod, spec: KernelSpec, preset, target
     return len(timed), fastest.record.id, measured.mean_us
 
 
+class LayerSetRow(NamedTuple):
+    """One spec of a layer-set job."""
+
+    spec: str
+    calls: float
+    #: Candidates this job measured for it (0: its records were reused).
+    trials: int
+    best_us: float | None
+    #: It stopped early, its best flat.
+    stopped: bool
+
+
 @dataclass(frozen=True)
 class LayerSetSummary:
     """What :func:`tune_layer_set` did: the trials each spec got, its best, and the job's."""
 
     target: str
     elapsed_s: float
-    #: (spec name, weight, trials measured, best us or None, stopped early)
-    rows: list[tuple[str, float, int, float | None, bool]]
+    rows: list[LayerSetRow]
     database: str
 
     def lines(self) -> list[str]:
-        trials = sum(r[2] for r in self.rows)
-        weighted = sum(r[1] * r[3] for r in self.rows if r[3] is not None)
+        trials = sum(r.trials for r in self.rows)
+        weighted = sum(r.calls * r.best_us for r in self.rows if r.best_us is not None)
         lines = [f"tuned {len(self.rows)} layer shapes for {self.target} as one job: {trials} "
                  f"trials in {self.elapsed_s:.0f} s; the layers' time per forward pass (each "
                  f"best times its calls): {weighted:.1f} us",
@@ -364,12 +376,10 @@ class StopWhenFlat(_tvm.ms.measure_callback.PyMeasureCallback):
             secs = None if built.error_msg or ran.error_msg else ran.run_secs
             mean = sum(float(s) for s in secs) / len(secs) if secs else None
             best = self.best.get(task_id)
-            if mean is not None and (best is None or mean < best * (1 - FLAT_GAIN)):
-                self.best[task_id], self.since[task_id] = mean, 0
-            else:
-                if mean is not None and best is not None:
-                    self.best[task_id] = min(best, mean)
-                self.since[task_id] = self.since.get(task_id, 0) + 1
+            gained = mean is not None and (best is None or mean < best * (1 - FLAT_GAIN))
+            self.since[task_id] = 0 if gained else self.since.get(task_id, 0) + 1
+            if mean is not None:
+                self.best[task_id] = mean if best is None else min(best, mean)
         tasks = task_scheduler.tasks_
         # Only after every task had its first batch: MetaSchedule's gradient scheduler hands the
         # first round out in turn, terminated or not, and terminates a task twice then.
@@ -378,7 +388,6 @@ class StopWhenFlat(_tvm.ms.measure_callback.PyMeasureCallback):
                 not tasks[task_id].is_terminated:
             self.stopped.add(task_id)
             task_scheduler.terminate_task(task_id)
-
 
 
 def tune_layer_set(specs: list[KernelSpec], weights: list[float], preset, *, trials: int,
@@ -451,8 +460,8 @@ def tune_layer_set(specs: list[KernelSpec], weights: list[float], preset, *, tri
     for spec, weight, mod, view in every:
         index = next((i for i, e in enumerate(tuned) if e[0] is spec), None)
         best = view.best(mod)
-        rows.append((spec.name(), float(weight), stopper.measured.get(index, 0),
-                     best[1].mean_us if best else None, index in stopper.stopped))
+        rows.append(LayerSetRow(spec.name(), float(weight), stopper.measured.get(index, 0),
+                                best[1].mean_us if best else None, index in stopper.stopped))
     return LayerSetSummary(target=preset.name, elapsed_s=time.monotonic() - started,
                            rows=rows, database=layers.writer.display_url)
 

@@ -17,14 +17,12 @@ The shipped packs live in ``tuning_db/packs/*.jsonl``; ``qcompile db packs`` lis
 from __future__ import annotations
 
 import datetime
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from qcompile.errors import DatabaseError
 from tuning_db import transfer
 from tuning_db.models import STATUS_OK
-from tuning_db.schema import HEAD
 from tuning_db.storage import Storage
 
 #: Where the packs that ship with qcompile live.
@@ -72,21 +70,28 @@ def check_name(name: str) -> str:
     return name
 
 
-def read_pack_info(path: str | Path) -> PackInfo:
-    """The :class:`PackInfo` of the pack at ``path``; DatabaseError (one line) when it is not a
-    pack (no ``"pack"`` header object, or one with missing or non-string fields)."""
+#: The string fields of a pack's header object.
+HEADER_FIELDS = ("name", "target", "device_model", "created_at", "qcompile_version")
+
+
+def read_pack_header(path: str | Path) -> dict:
+    """The ``"pack"`` object of the header of the pack at ``path`` (its first line only);
+    DatabaseError (one line) when it is not a pack: not an export, no ``"pack"`` object, or one
+    with missing or non-string fields, or a bad name."""
     path = Path(path)
-    try:
-        with open(path, "rb") as handle:
-            header = json.loads(handle.readline(transfer.MAX_LINE_BYTES).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise DatabaseError(f"{path}: not a record pack ({type(error).__name__})") from None
-    pack = header.get(PACK_KEY) if isinstance(header, dict) else None
-    fields = ("name", "target", "device_model", "created_at", "qcompile_version")
-    if not isinstance(pack, dict) or not all(isinstance(pack.get(f), str) for f in fields):
+    pack = transfer.read_header(path).get(PACK_KEY)
+    if not isinstance(pack, dict) or not all(isinstance(pack.get(f), str)
+                                             for f in HEADER_FIELDS):
         raise DatabaseError(f"{path}: not a record pack (its first line needs a \"{PACK_KEY}\" "
-                            f"object with string fields {', '.join(fields)})")
+                            f"object with string fields {', '.join(HEADER_FIELDS)})")
     check_name(pack["name"])
+    return pack
+
+
+def read_pack_info(path: str | Path) -> PackInfo:
+    """The :class:`PackInfo` of the pack at ``path`` (its header, and its lines counted)."""
+    path = Path(path)
+    pack = read_pack_header(path)
     counts = {"workload": 0, "record": 0, "measurement": 0}
     sealed = 0
     for _, line in transfer.read_jsonl(path):
@@ -94,18 +99,22 @@ def read_pack_info(path: str | Path) -> PackInfo:
         if kind in counts:
             counts[kind] += 1
             sealed += kind == "record" and bool(line.get("seal"))
-    return PackInfo(name=pack["name"], target=pack["target"], device_model=pack["device_model"],
-                    created_at=pack["created_at"], qcompile_version=pack["qcompile_version"],
-                    path=path, workloads=counts["workload"], records=counts["record"],
+    return PackInfo(**{f: pack[f] for f in HEADER_FIELDS}, path=path,
+                    workloads=counts["workload"], records=counts["record"],
                     measurements=counts["measurement"], sealed=sealed)
 
 
-def shipped_packs(directory: str | Path = SHIPPED_DIR) -> list[PackInfo]:
-    """Every pack in ``directory`` (default the shipped ones), by name."""
+def pack_files(directory: str | Path = SHIPPED_DIR) -> list[tuple[str, Path]]:
+    """(name, path) of every pack in ``directory``, by name, from their headers alone."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    return sorted((read_pack_info(p) for p in directory.glob("*.jsonl")), key=lambda p: p.name)
+    return sorted((read_pack_header(p)["name"], p) for p in directory.glob("*.jsonl"))
+
+
+def shipped_packs(directory: str | Path = SHIPPED_DIR) -> list[PackInfo]:
+    """Every pack in ``directory`` (default the shipped ones), by name, lines counted."""
+    return [read_pack_info(path) for _, path in pack_files(directory)]
 
 
 def write_pack(storage: Storage, path: str | Path, *, name: str, target_label,
@@ -148,34 +157,23 @@ def write_pack(storage: Storage, path: str | Path, *, name: str, target_label,
         raise DatabaseError(f"a pack holds one target and one device model; the selection has "
                             f"targets {labels} and device models {models}: narrow it with "
                             "--target or --name")
-    selected = {r.digest for _, r in chosen}
-    header = {"format": transfer.FORMAT, "version": transfer.VERSION, "schema": HEAD,
-              PACK_KEY: {"name": name, "target": labels[0], "device_model": models[0],
+    workloads = {w.digest for w, _ in chosen}
+    records = {r.digest for _, r in chosen}
+
+    def selected(line: dict) -> bool:
+        return (line["type"] == "workload" and line["digest"] in workloads
+                or line["type"] == "record" and line["digest"] in records
+                or line["type"] == "measurement" and line["record"] in records)
+
+    def lines():
+        for line in transfer.database_lines(storage, name=name_filter):
+            if selected(line):
+                if line["type"] == "record":
+                    line["origin"] = f"pack {name}"
+                yield line
+
+    header = {PACK_KEY: {"name": name, "target": labels[0], "device_model": models[0],
                          "created_at": datetime.datetime.now(datetime.UTC).isoformat(
                              timespec="seconds"),
                          "qcompile_version": qcompile_version}}
-    lines = []
-    names = {w.name for w, _ in chosen}
-    for line in transfer.database_lines(storage):
-        kind = line["type"]
-        if kind == "workload" and line["name"] in names and any(
-                w.digest == line["digest"] for w, _ in chosen):
-            lines.append(line)
-        elif kind == "record" and line["digest"] in selected:
-            line["origin"] = f"pack {name}"
-            lines.append(line)
-        elif kind == "measurement" and line["record"] in selected:
-            lines.append(line)
-    count = transfer.TransferCount()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as out:
-        out.write(json.dumps(header) + "\n")
-        for line in lines:
-            count.workloads += line["type"] == "workload"
-            count.records += line["type"] == "record"
-            count.measurements += line["type"] == "measurement"
-            out.write(json.dumps(line) + "\n")
-    tmp.replace(path)
-    return count
-
+    return transfer.write_jsonl(path, lines(), header=header)

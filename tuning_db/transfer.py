@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,14 +110,22 @@ def database_lines(storage: Storage, *, name: str | None = None) -> Iterator[dic
 
 def export_jsonl(storage: Storage, path: str | Path, *, name: str | None = None) -> TransferCount:
     """Write the workloads (whose name contains ``name``), their records and measurements to
-    ``path`` (written whole, then renamed into place). Origins leave with a URL's secrets
-    removed, whatever an older database holds."""
+    ``path`` (:func:`write_jsonl`)."""
+    return write_jsonl(path, database_lines(storage, name=name))
+
+
+def write_jsonl(path: str | Path, lines: Iterable[dict], *,
+                header: dict | None = None) -> TransferCount:
+    """Write a JSON lines export of ``lines`` (:func:`database_lines`' dicts) to ``path``, written
+    whole, then renamed into place; ``header`` adds keys to the header line (a record pack's).
+    Origins leave with a URL's secrets removed, whatever an older database holds."""
     count = TransferCount()
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w") as out:
-        out.write(json.dumps({"format": FORMAT, "version": VERSION, "schema": HEAD}) + "\n")
-        for line in database_lines(storage, name=name):
+        out.write(json.dumps({"format": FORMAT, "version": VERSION, "schema": HEAD,
+                              **(header or {})}) + "\n")
+        for line in lines:
             if line["type"] == "record":
                 line["origin"] = redact_origin(line["origin"] or "")
                 count.records += 1
@@ -133,23 +141,40 @@ def export_jsonl(storage: Storage, path: str | Path, *, name: str | None = None)
 # ---- JSON lines in ------------------------------------------------------------------------------
 
 
+def _open(path: Path):
+    try:
+        return open(path, "rb")
+    except OSError as error:
+        raise DatabaseError(f"cannot read {path}: {error.strerror or error}") from None
+
+
+def _checked_header(handle, path: Path) -> dict:
+    """The header line of the export open in ``handle``; DatabaseError when it is not an export
+    of a version this qcompile reads."""
+    header = _json_line(handle.readline(MAX_LINE_BYTES + 1))
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise DatabaseError(f"{path}: not a qcompile JSON lines export (its first line must "
+                            f"carry \"format\": \"{FORMAT}\")")
+    if header.get("version") not in READABLE_VERSIONS:
+        raise DatabaseError(f"{path}: export format version {header.get('version')!r}; this "
+                            f"qcompile reads versions {', '.join(map(str, READABLE_VERSIONS))}")
+    return header
+
+
+def read_header(path: str | Path) -> dict:
+    """The header line of a JSON lines export (checked as :func:`read_jsonl` checks it)."""
+    path = Path(path)
+    with _open(path) as handle:
+        return _checked_header(handle, path)
+
+
 def read_jsonl(path: str | Path) -> Iterator[tuple[str, object]]:
     """(where, parsed JSON) for every line after the header of a JSON lines export; a line that
     is not JSON comes as (where, None). Raises DatabaseError when the file is not an export of
     a version this qcompile reads."""
     path = Path(path)
-    try:
-        handle = open(path, "rb")
-    except OSError as error:
-        raise DatabaseError(f"cannot read {path}: {error.strerror or error}") from None
-    with handle:
-        header = _json_line(handle.readline(MAX_LINE_BYTES + 1))
-        if not isinstance(header, dict) or header.get("format") != FORMAT:
-            raise DatabaseError(f"{path}: not a qcompile JSON lines export (its first line must "
-                                f"carry \"format\": \"{FORMAT}\")")
-        if header.get("version") not in READABLE_VERSIONS:
-            raise DatabaseError(f"{path}: export format version {header.get('version')!r}; this "
-                                f"qcompile reads versions {', '.join(map(str, READABLE_VERSIONS))}")
+    with _open(path) as handle:
+        _checked_header(handle, path)
         for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), 2):
             if not raw.strip():
                 continue

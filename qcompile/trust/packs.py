@@ -15,7 +15,7 @@ from pathlib import Path
 
 from qcompile.trust.records import store_lines
 from tuning_db import transfer
-from tuning_db.record_packs import SHIPPED_DIR, shipped_packs
+from tuning_db.record_packs import SHIPPED_DIR, pack_files
 from tuning_db.storage import Storage
 from tuning_db.url import cache_dir
 
@@ -39,12 +39,12 @@ def pack_layer(directory: str | Path | None = None) -> Storage | None:
     :func:`packs_dir`), validated; None when there are none or ``$QCOMPILE_PACKS`` is 0."""
     if not packs_enabled():
         return None
-    packs = shipped_packs(directory or packs_dir())
+    packs = pack_files(directory or packs_dir())  # headers only: this runs at every build
     if not packs:
         return None
     digest = hashlib.sha256()
-    for pack in packs:
-        digest.update(pack.name.encode() + b"\0" + pack.path.read_bytes())
+    for name, pack in packs:
+        digest.update(name.encode() + b"\0" + pack.read_bytes())
     folder = cache_dir() / "packs"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{digest.hexdigest()[:24]}.sqlite"
@@ -53,9 +53,9 @@ def pack_layer(directory: str | Path | None = None) -> Storage | None:
         tmp.unlink(missing_ok=True)
         storage = Storage(f"sqlite:///{tmp}")
         try:
-            for pack in packs:
-                store_lines(storage, transfer.read_jsonl(pack.path), origin=f"pack {pack.name}",
-                            source=str(pack.path))
+            for name, pack in packs:
+                store_lines(storage, transfer.read_jsonl(pack), origin=f"pack {name}",
+                            source=str(pack))
         finally:
             storage.close()
         tmp.replace(path)

@@ -60,13 +60,15 @@ def test_a_pack_is_listed_with_its_target_and_device_model(packed, tmp_path):
 
 
 def test_a_fresh_cache_builds_from_the_pack_with_no_tuning(packed, tmp_path):
-    packs, _ = packed
+    packs, pack = packed
+    shipped = pack.read_bytes()
     built = run(["build", "--target", "avx2", "--shapes", f"{SHAPE},{SHAPE}", "--out",
                  str(tmp_path / "out")], fresh_env(tmp_path, packs))
     assert built.returncode == 0, built.stderr
     assert built.stdout.count("0 trials: the record comes from a record pack") == 1  # once
     assert "re-measured here" in built.stdout  # a pack's latency is a claim until timed here
     assert list((tmp_path / "out").glob("*.so"))
+    assert pack.read_bytes() == shipped  # read, never written
 
 
 def test_without_packs_the_build_asks_for_a_tune(packed, tmp_path):

@@ -483,12 +483,12 @@ def summary(run: dict) -> dict:
 
     def judge(name: str, peer: str, batch: int, ratio: float) -> None:
         # a peer's best mode is only its best if every mode asked of it ran
-        missing = [label for label, entry in run.get("compile", {}).items()
-                   if label == f"{peer} B={batch}" and "seconds" not in entry]
+        label = f"{peer} B={batch}"
+        compiled = run.get("compile", {}).get(label)
         if ("qcompile", batch) not in best or (peer, batch) not in best:
             return
-        if missing:
-            targets[name] = f"not judged: {missing[0]} compiled did not run"
+        if compiled is not None and "seconds" not in compiled:
+            targets[name] = f"not judged: {label} compiled did not run"
         else:
             targets[name] = best[("qcompile", batch)] / best[(peer, batch)] >= ratio
 

@@ -40,9 +40,9 @@ def run_budget(trials_per_spec: int, seed: int, directory: str, stop_flat: bool)
     wall = time.monotonic() - started
     print("\n".join(summary.lines()), flush=True)
     return {"trials_per_spec": trials_per_spec, "wall_s": wall,
-            "per_token_us": sum(r[1] * r[3] for r in summary.rows),
-            "rows": [{"spec": r[0], "calls": r[1], "trials": r[2], "best_us": r[3],
-                      "stopped_flat": r[4]} for r in summary.rows]}
+            "per_token_us": sum(r.calls * r.best_us for r in summary.rows),
+            "rows": [{"spec": r.spec, "calls": r.calls, "trials": r.trials, "best_us": r.best_us,
+                      "stopped_flat": r.stopped} for r in summary.rows]}
 
 
 def main(argv=None) -> int:
