@@ -17,7 +17,9 @@ prelude provides (an unknown one is a compile error here, not a silent differenc
 tensor-core instructions it runs ``mma.sync`` m16n8k16 with fp16/bf16 operands and float32
 sums (:func:`emulate_mma`), the warp's lanes exchanging their fragments as the hardware does,
 and of the bit operations ``lop3.b32`` (:func:`emulate_lop3`), and ``fma.rn`` on pairs of
-fp16/bf16 halves (:func:`emulate_half_fma`).
+fp16/bf16 halves (:func:`emulate_half_fma`); ``cp.async`` copies happen at once
+(:func:`emulate_cp_async`), and dynamic shared memory is a static array of the most a block may
+take.
 
 Only small launches are practical (each block starts its threads): tests use shapes of a few
 hundred rows and columns.
@@ -420,6 +422,35 @@ def emulate_half_fma(code: str) -> str:
     return helpers + code
 
 
+_CP_ASYNC = re.compile(r"\btvm_builtin_ptx_cp_async_(cg|ca)_async_\1_shared_global_(\d+)\b")
+_CP_ASYNC_SYNC = re.compile(
+    r"\btvm_builtin_ptx_cp_async_(commit_group_async_commit_group|wait_group_async_wait_group_\d+)"
+    r"\b")
+
+
+def emulate_cp_async(code: str) -> str:
+    """Define the ``cp.async`` helpers TVM's ``T.ptx["cp.async..."]`` calls: the copy happens at
+    once (so ``commit_group`` and ``wait_group`` have nothing to do), and a shared-memory
+    address is the pointer itself (``cvta`` to the shared window is the identity here). What
+    the emulator cannot check: that a kernel waits for a copy before it reads the bytes."""
+    helpers = ""
+    if "tvm_builtin_cuda_cvta_generic_to_shared" in code:
+        helpers += ("inline uintptr_t tvm_builtin_cuda_cvta_generic_to_shared(void* p) {\n"
+                    "  return (uintptr_t)p;\n}\n")
+    for cop, size in sorted(set(_CP_ASYNC.findall(code))):
+        helpers += (f"inline void tvm_builtin_ptx_cp_async_{cop}_async_{cop}_shared_global_{size}"
+                    f"(uintptr_t dst, const void* src) {{\n  std::memcpy((void*)dst, src, "
+                    f"{size});\n}}\n")
+    for name in sorted(set(_CP_ASYNC_SYNC.findall(code))):
+        helpers += f"inline void tvm_builtin_ptx_cp_async_{name}() {{}}\n"
+    return helpers + code
+
+
+#: Dynamic shared memory, as the emulator declares it: the most a block may take (227 KB).
+_DYNAMIC_SHARED = re.compile(r"extern __shared__ __align__\((\d+)\) (\w+) (\w+)\[\];")
+_DYNAMIC_SHARED_BYTES = 227 * 1024
+
+
 #: g++'s flags for an emulated kernel, and for the precompiled prelude it includes (a
 #: precompiled header is used only where the flags match).
 _CXXFLAGS = ("-std=c++20", "-O1", "-fPIC", "-pthread", "-fno-strict-aliasing",
@@ -459,7 +490,10 @@ def compile_emulated(cuda_source: str, extents: dict[str, int],
                f'{name}({casts}); }});\n}}\n')
     # `static alignas(n)` is how C++ spells CUDA's `__shared__ alignas(n)`.
     code = re.sub(r"__shared__\s+(alignas\(\d+\))", r"\1 static", code)
-    code = emulate_half_fma(emulate_lop3(emulate_mma(code)))
+    code = _DYNAMIC_SHARED.sub(
+        lambda m: f"alignas({m.group(1)}) static {m.group(2)} {m.group(3)}"
+                  f"[{_DYNAMIC_SHARED_BYTES} / sizeof({m.group(2)})];", code)
+    code = emulate_cp_async(emulate_half_fma(emulate_lop3(emulate_mma(code))))
     text = _PRELUDE + code + wrapper
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     cache = Path(cache_dir or Path(tempfile.gettempdir()) / f"qcompile-cuda-emu-{os.getuid()}")

@@ -29,6 +29,8 @@ from qcompile.kernels.uniform.compute_cuda_mma_f16 import (
     k_split,
     register_plan,
     resident_warps,
+    ring_words,
+    stages,
     unit_slice,
     word_position,
     x_row,
@@ -97,11 +99,13 @@ def test_k_split_keeps_every_block_in_the_first_wave():
         spec = UniformSpec(k=k, n=n, m=m, dtype="float16")
         blocks_per_sm = -(-(n // 32) // 132)
         assert blocks_per_sm * split(k, n, m) <= resident_warps(spec), (k, n, m)
-    # 896 slices: 7 blocks an SM, 23 warps at one tile of rows: 3 a block over 64 units
-    # (22, 21, 21), where 2 would divide them; 18 warps at two tiles: 2
-    assert (split(8192, 28672, 1), split(8192, 28672, 16)) == (3, 2)
-    # 256 slices, 2 blocks an SM: at most 11 and 9 warps a block, 8 divide 224 units
-    assert (split(28672, 8192, 1), split(28672, 8192, 16)) == (8, 8)
+    # 896 slices: 7 blocks an SM; one tile of rows stages its words, 28 warps an SM (by shared
+    # memory: 3 stages of 2 KB and 1 KB of sums a warp): 4 a block over 64 units; two tiles
+    # keep them in registers, 18 warps: 2
+    assert (split(8192, 28672, 1), split(8192, 28672, 16)) == (4, 2)
+    # 256 slices, 2 blocks an SM: 14 warps a block staged (224 units, 16 each); at two tiles
+    # at most 9 in registers, 8 divide 224 units
+    assert (split(28672, 8192, 1), split(28672, 8192, 16)) == (14, 8)
     assert split(3584, 8192, 1) == 11                          # 28 units: 7 divide, < 70% of 11
     assert split(4096, 4096) == 16                             # 128 slices: 1 block an SM
     assert split(512, 4096) == 2                               # 4 units: 2 per warp at least
@@ -109,9 +113,31 @@ def test_k_split_keeps_every_block_in_the_first_wave():
 
 
 def test_unit_slices_cover_the_units_once():
-    spec = UniformSpec(k=8192, n=28672, m=1, dtype="float16")         # 64 units over 3 warps
+    spec = UniformSpec(k=8192, n=28672, m=16, dtype="float16")        # 64 units over 2 warps
+    assert [unit_slice(spec, part) for part in range(k_split(spec))] == [(0, 32), (32, 32)]
+    spec = UniformSpec(k=8192, n=8192, m=1, dtype="float16")          # 64 units over 14 warps
     slices = [unit_slice(spec, part) for part in range(k_split(spec))]
-    assert slices == [(0, 22), (22, 21), (43, 21)]
+    assert slices[:8] == [(5 * i, 5) for i in range(8)] and slices[8:] == [
+        (40 + 4 * i, 4) for i in range(6)]
+
+
+def test_words_are_staged_where_a_warp_has_units_to_keep_in_flight():
+    """One tile of rows stages 3 units of words in shared memory when the split leaves a
+    warp at least 4 units; two tiles, and slices of 2 or 3 units, keep register buffers. The
+    ring passes 48 KB wherever the block's shared memory does (TVM raises the kernel's limit
+    only for dynamic allocations that large)."""
+    def spec(k, n, m):
+        return UniformSpec(k=k, n=n, m=m, dtype="float16")
+
+    assert [stages(spec(8192, 28672, m)) for m in (1, 8, 9, 16)] == [3, 3, 0, 0]
+    assert stages(spec(4096, 12288, 1)) == 3                      # 32 units, 8 warps: 4 each
+    assert stages(spec(4096, 4096, 1)) == stages(spec(3584, 8192, 1)) == 0   # 2 and 3 each
+    for k, n in [(4096, 12288), (28672, 8192), (8192, 28672)]:
+        s = spec(k, n, 1)
+        ring = k_split(s) * stages(s) * 32 * 2 * 8 * 4               # 4 bits: 2 tiles x 8 words
+        total = ring + k_split(s) * 8 * 32 * 4
+        assert ring_words(s) * 4 == (max(ring, 48 * 1024 + 128) if total > 48 * 1024
+                                     else ring)
 
 
 @pytest.mark.parametrize("m,bits,dtype", [(16, 4, "float16"), (1, 4, "bfloat16"),
@@ -246,6 +272,35 @@ def test_emulated_kernel_with_more_word_buffers(monkeypatch, buffers, bits, m, d
     k, n = 7 * UNIT_ROWS, 32
     spec = UniformSpec(k=k, n=n, m=m, bits=bits, group_size=64, dtype=dtype)
     tensors = FAMILY.example_tensors(spec, np.random.default_rng(buffers))
+    error = emulated_error(spec, tensors)
+    assert error <= TOLERANCE[dtype], error
+
+
+@pytest.mark.parametrize(("staged", "split", "bits", "m", "dtype", "act_order"), [
+    (3, 2, 4, 3, "float16", False), (2, 1, 4, 1, "float16", False),
+    (4, 3, 2, 9, "bfloat16", False), (5, 2, 3, 16, "float16", True),
+    (3, 3, 8, 1, "float16", False), (3, 7, 4, 8, "bfloat16", True)])
+def test_emulated_kernel_with_staged_words(monkeypatch, staged, split, bits, m, dtype,
+                                           act_order):
+    """Words staged in shared memory (cp.async, ``staged`` units a warp): slices of 7 units
+    over 1-3 warps, even and uneven, slices shorter than the ring (7 warps: one unit each),
+    both tiles of rows, act_order: every unit is multiplied once. (The emulator copies at once:
+    the GPU tests check that each unit is waited for.)"""
+    from qcompile.kernels.uniform import compute_cuda_mma_f16 as kernel_module
+
+    monkeypatch.setattr(kernel_module, "stages", lambda spec: staged)
+    monkeypatch.setattr(kernel_module, "k_split", lambda spec: split)
+    spec = UniformSpec(k=7 * UNIT_ROWS, n=64, m=m, bits=bits, group_size=64, dtype=dtype,
+                       act_order=act_order)
+    assert "cp.async.cg.shared.global" in cuda_source(spec)
+    if act_order:
+        from qcompile.tp.synthetic import random_act_order_layer
+
+        layer = random_act_order_layer(spec.k, spec.n, bits, 64, np.random.default_rng(split))
+        tensors = {"qweight": layer.qweight, "scales": layer.scales, "qzeros": layer.qzeros,
+                   "g_idx": layer.g_idx}
+    else:
+        tensors = FAMILY.example_tensors(spec, np.random.default_rng(staged + split))
     error = emulated_error(spec, tensors)
     assert error <= TOLERANCE[dtype], error
 

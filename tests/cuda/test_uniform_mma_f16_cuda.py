@@ -12,7 +12,7 @@ import qcompile
 import targets
 from qcompile.build import build, build_untuned
 from qcompile.kernels import UniformSpec, get_family
-from qcompile.kernels.uniform.compute_cuda_mma_f16 import COMPUTE_NAME
+from qcompile.kernels.uniform.compute_cuda_mma_f16 import COMPUTE_NAME, stages
 from qcompile.tune import tune
 from schedules.variants import compute_for
 from tuning_db import Storage
@@ -51,6 +51,21 @@ def test_untuned_kernels(tmp_path, k, n, m, bits, group_size, dtype):
     spec = UniformSpec(k=k, n=n, m=m, bits=bits, group_size=group_size, dtype=dtype)
     assert compute_for(spec, "cuda").attrs["qcompile.compute"] == COMPUTE_NAME
     check(spec, qcompile.load(build_untuned(spec, PRESET, tmp_path).so_path), seed=m)
+
+
+@pytest.mark.parametrize(("k", "n", "m", "bits", "group_size", "dtype"), [
+    (8192, 28672, 8, 2, 128, "float16"), (28672, 8192, 1, 3, 64, "bfloat16"),
+    (8192, 8192, 4, 8, 128, "float16"), (4096, 12288, 1, 4, 32, "float16")])
+def test_staged_kernels(monkeypatch, tmp_path, k, n, m, bits, group_size, dtype):
+    """Words staged in shared memory by cp.async (uneven slices at 8192x8192, a ring padded
+    past 48 KB at 4096x12288): each unit waited for before it is read. 2- and 3-bit codes keep
+    register buffers by default; their staged kernels (the split study's) are checked too."""
+    from qcompile.kernels.uniform import compute_cuda_mma_f16 as kernel_module
+
+    monkeypatch.setitem(kernel_module.WORD_STAGES, bits, kernel_module.WORD_STAGES[bits] or 3)
+    spec = UniformSpec(k=k, n=n, m=m, bits=bits, group_size=group_size, dtype=dtype)
+    assert stages(spec) > 0
+    check(spec, qcompile.load(build_untuned(spec, PRESET, tmp_path).so_path), seed=m + bits)
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 8])

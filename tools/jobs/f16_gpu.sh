@@ -17,6 +17,9 @@
 #   low-bits the same at 2, 3 and 8 bits on 8192x28672 (BITS=...), ~2.5 min
 #   splits   tools/studies/f16_split_sweep.py: k_split's choice against other splits and word
 #            buffers on the shapes of the sweep at M = 1 and 16, ~3 min
+#   stages   the same study at the rule's split: words in register buffers (stages 0) against
+#            cp.async stages in shared memory (STAGES=0,3,4), the sweep's shapes and
+#            Llama-2-7B's at M = 1 and 16, ~6 min
 # Writes under $OUT: <step>.json (and sweep.png), <step>.log, steps.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -49,8 +52,13 @@ for step in "${steps[@]}"; do
       timeout 420 python3 tools/studies/f16_split_sweep.py --shapes "$shapes" --batches 1,16 \
         --splits "${SPLITS:-rule,2,4,8,16}" --buffers "${BUFFERS:-2,3}" --rounds 7 \
         --json "$out/splits.json" > "$out/splits.log" 2>&1 ;;
+    stages)
+      timeout 560 python3 tools/studies/f16_split_sweep.py \
+        --shapes "${STAGE_SHAPES:-$shapes,4096x12288,4096x22016,11008x4096}" --batches "${BATCHES:-1,16}" \
+        --bits "${BITS:-4}" --splits rule --stages "${STAGES:-0,3,4}" --rounds 5 \
+        --json "$out/stages.json" > "$out/stages.log" 2>&1 ;;
     *)
-      echo "f16_gpu.sh: unknown step $step (tests, sweep, low-bits, splits)" >&2; exit 2 ;;
+      echo "f16_gpu.sh: unknown step $step (tests, sweep, low-bits, splits, stages)" >&2; exit 2 ;;
   esac
   rc=$?
   echo "f16_gpu.sh: $step exited $rc after $((SECONDS - start)) s" | tee -a "$out/steps.log"

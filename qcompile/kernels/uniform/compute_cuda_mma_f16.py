@@ -39,8 +39,13 @@ steps of 16): per unit and tile a lane reads its ``2 b`` words (layout ``mma_f16
 :func:`word_position`), per group its 4 scales and 4 zeros (:func:`scale_position`), and per
 unit its 32 halves of x for each tile of 8 rows: lane thread t multiplies rows
 ``block / 4 * t .. + block / 4`` of each block of K (:func:`x_row`), so its x is contiguous
-(128-bit loads). Register buffers of words take turns (:data:`WORD_BUFFERS`, two by
-default): the next units' words are in flight while this unit's are multiplied.
+(128-bit loads). The next units' words are in flight while this unit's are multiplied, in
+one of two ways (:func:`stages`): register buffers that take turns (:data:`WORD_BUFFERS`, two
+by default), or a ring of :data:`WORD_STAGES` units per warp in shared memory that
+``cp.async`` fills ``stages - 1`` units ahead, each lane copying and reading back only its own
+words (so a ``cp.async.wait_group`` and no barrier), with one unit's words in registers. The
+ring costs shared memory instead of registers, so more units are in flight per SM; it is the
+default for one tile of rows where each warp has at least :data:`MIN_STAGED_UNITS` units.
 
 **act_order** specs read x in the checkpoint's order through ``perm`` (x[:, perm[k]] for the
 reordered row k), 8 indices at a time, instead of a gather before the call.
@@ -60,7 +65,7 @@ from qcompile.errors import SpecError
 from qcompile.kernels.tir.attrs import COMPUTE_ATTR
 from qcompile.kernels.uniform.spec import UniformSpec
 
-COMPUTE_NAME = "uniform.cuda_mma_f16.v3"
+COMPUTE_NAME = "uniform.cuda_mma_f16.v4"
 #: Rows of K per mma step.
 TILE_K = 16
 #: Columns of W per mma (A's 16 rows) and rows of x per mma (B's 8 columns).
@@ -106,6 +111,19 @@ EVEN_SHARE = 0.7
 #: and unit, read at 87% of the copy bandwidth where 4-bit, 2 KB, read at 70% and 2-bit at 50%
 #: on an H200: a warp's bytes in flight look like the limit; more buffers cost registers.)
 WORD_BUFFERS = {2: 2, 3: 2, 4: 2, 8: 2}
+#: Units of words a warp stages in shared memory instead, by bit width (0: none, the register
+#: buffers above): ``cp.async`` copies unit u + stages - 1 while unit u multiplies, so
+#: ``stages - 1`` units are in flight at the cost of shared memory, not registers, and a lane
+#: keeps one unit's words in registers (the ring of ``staged_gemm``; each lane reads back only
+#: the bytes it copied, so no barrier). Where :func:`stages` takes them (one tile of rows,
+#: slices of 4 units or more) 3 stages read 4-bit codes at 81-84% of the copy bandwidth and
+#: 8-bit at 94% on an H200, against 72-75% and 91% in registers; 2- and 3-bit codes, whose
+#: decode is the limit, lost 10% to the extra shared-memory loads, so they keep registers.
+WORD_STAGES = {2: 0, 3: 0, 4: 3, 8: 3}
+#: Fewest units a warp's slice must have for the words to be staged (:func:`stages`).
+MIN_STAGED_UNITS = 4
+#: Shared memory of an SM (H100/H200: 228 KB, 1 KB of it reserved per resident block).
+SM_SHARED, BLOCK_RESERVED_SHARED = 228 * 1024, 1024
 #: lop3's look-up table for ``(a & b) | c``.
 AND_OR = 0xEA
 
@@ -147,15 +165,61 @@ def units(spec: UniformSpec) -> int:
     return spec.k // UNIT_ROWS
 
 
-def registers(spec: UniformSpec) -> int:
-    """Registers a thread of ``spec``'s kernel is planned to take (:data:`REGISTERS`)."""
-    extra = (WORD_BUFFERS[spec.bits] - 2) * COLUMN_TILES * words_per_lane(spec.bits)
+def registers(spec: UniformSpec, staged: int = 0) -> int:
+    """Registers a thread of ``spec``'s kernel is planned to take with ``staged`` units of words
+    in shared memory (:data:`REGISTERS`; staged words keep one unit's in registers, one buffer
+    fewer)."""
+    buffers = 1 if staged else WORD_BUFFERS[spec.bits]
+    extra = (buffers - 2) * COLUMN_TILES * words_per_lane(spec.bits)
     return -(-(REGISTERS[row_tiles(spec), spec.bits] + extra) // 8) * 8
 
 
-def resident_warps(spec: UniformSpec) -> int:
-    """Warps of ``spec``'s kernel one SM holds at once (by registers)."""
-    return min(SM_WARPS, SM_REGISTERS // (32 * registers(spec)))
+def shared_bytes_per_warp(spec: UniformSpec, staged: int = 0) -> int:
+    """Shared memory a warp of ``spec``'s kernel takes: ``staged`` units of its words and its
+    partial sums."""
+    return staged * stage_bytes(spec) + partial_bytes(spec)
+
+
+def stage_bytes(spec: UniformSpec) -> int:
+    """Bytes of one unit of a warp's words (one stage of its ring)."""
+    return 32 * COLUMN_TILES * words_per_lane(spec.bits) * 4
+
+
+def partial_bytes(spec: UniformSpec) -> int:
+    """Bytes of a warp's partial sums (float32, its rows of x by its 32 columns)."""
+    return row_tiles(spec) * TILE_ROWS * WARP_COLUMNS * 4
+
+
+def resident_warps(spec: UniformSpec, staged: int | None = None) -> int:
+    """Warps of ``spec``'s kernel one SM holds at once (by registers and shared memory), with
+    ``staged`` units of words in shared memory (default: :func:`stages`)."""
+    staged = stages(spec) if staged is None else staged
+    blocks = -(-(spec.n // WARP_COLUMNS) // SMS)
+    by_shared = ((SM_SHARED - blocks * BLOCK_RESERVED_SHARED)
+                 // shared_bytes_per_warp(spec, staged))
+    return min(SM_WARPS, SM_REGISTERS // (32 * registers(spec, staged)), by_shared)
+
+
+def stages(spec: UniformSpec) -> int:
+    """Units of words a warp of ``spec``'s kernel stages in shared memory (0: register
+    buffers): :data:`WORD_STAGES` for one tile of rows of x where the split leaves each warp at
+    least :data:`MIN_STAGED_UNITS` units, else 0 (a warp of 2 units has nothing to keep in
+    flight; at two tiles the staged kernel measured slower, see the docstring)."""
+    count = WORD_STAGES[spec.bits]
+    if not count or row_tiles(spec) > 1:
+        return 0
+    return count if units(spec) // _split(spec, count) >= MIN_STAGED_UNITS else 0
+
+
+def ring_words(spec: UniformSpec) -> int:
+    """int32 words of the kernel's shared ring (every warp's stages), padded to past 48 KB where
+    the block's shared memory passes 48 KB: TVM raises a kernel's limit of shared memory only
+    for dynamic allocations that large, and the partial sums are static."""
+    split, staged = k_split(spec), stages(spec)
+    ring = split * staged * stage_bytes(spec)
+    if ring and ring + split * partial_bytes(spec) > 48 * 1024:
+        ring = max(ring, 48 * 1024 + 128)
+    return ring // 4
 
 
 def k_split(spec: UniformSpec) -> int:
@@ -173,9 +237,14 @@ def k_split(spec: UniformSpec) -> int:
     warps 41.3 us, 8 warps in 2.26 waves 41.4 us). When no split fits one wave (N past what
     the SMs hold), one warp.
     """
+    return _split(spec, stages(spec))
+
+
+def _split(spec: UniformSpec, staged: int) -> int:
+    """:func:`k_split` with ``staged`` units of words in shared memory."""
     count = units(spec)
     blocks_per_sm = -(-(spec.n // WARP_COLUMNS) // SMS)
-    most = max(1, min(BLOCK_WARPS, resident_warps(spec) // blocks_per_sm,
+    most = max(1, min(BLOCK_WARPS, resident_warps(spec, staged) // blocks_per_sm,
                       count // MIN_UNITS_PER_WARP))
     even = max(v for v in range(1, most + 1) if count % v == 0)
     return even if even >= EVEN_SHARE * most else most
@@ -626,6 +695,57 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
 
         when(has_unit(US, vs), extra_unit)
 
+    S = stages(spec)
+
+    def allocate_ring():
+        if S:
+            local["ring"] = T.sblock_alloc_buffer((ring_words(spec),), "int32",
+                                                  scope="shared.dyn")
+
+    def ring_at(vs, stage, ct, word):
+        # the ring's word ``word`` (word_position) of tile ct, stage ``stage``, warp vs
+        return ((vs * S + stage) * CT + ct) * 32 * NW + word
+
+    def stage_copy(qweight, unit, stage, vs, vw, vl):
+        # cp.async of a unit's words into a stage of the warp's ring, vector by vector, each
+        # to the place the lane's load from the ring reads (word_position)
+        ring = local["ring"]
+        for ct in range(CT):
+            for first_word, count in vectors:
+                at = word_position(vl, first_word, bits)
+                T.evaluate(T.ptx[f"cp.async.{'cg' if count == 4 else 'ca'}.shared.global"](
+                    T.address_of(ring[ring_at(vs, stage, ct, at)]),
+                    T.address_of(qweight[vw * CT + ct, unit, at]), 4 * count))
+
+    def commit():
+        # one group per unit, empty where the slice has no such unit: every wait then
+        # leaves the same count in flight
+        T.evaluate(T.ptx["cp.async.commit_group"]())
+
+    def staged_gemm(x, perm, qweight, scales, zeros, words, first, vs, vw, vl, xv, a, off, c,
+                    acc, sc, zr):
+        # unit u: wait for its group (S - 2 younger ones stay in flight), read its words
+        # from stage u % S, start the copy of unit u + S - 1 into the stage unit u - 1 left,
+        # multiply
+        ring = local["ring"]
+        count = US if not LONGER else US + T.Cast("int32", vs < LONGER)
+        for i in range(S - 1):
+            when(has_unit(i, vs), lambda i=i: stage_copy(qweight, first + i, i, vs, vw, vl))
+            commit()
+        with T.serial(count) as u:
+            T.evaluate(T.ptx["cp.async.wait_group"](S - 2))
+            for ct in range(CT):
+                for first_word, n_words in vectors:
+                    at = word_position(vl, first_word, bits)
+                    T.buffer_store(words, ring[T.ramp(ring_at(vs, u % S, ct, at), 1, n_words)],
+                                   [ct, T.ramp(first_word, 1, n_words)])
+            ahead = u + S - 1
+            when(ahead < count, lambda: stage_copy(qweight, first + ahead, ahead % S, vs, vw,
+                                                    vl))
+            commit()
+            unit_gemm(x, perm, scales, zeros, words, first + u, vw, vl, xv, a, off, c, acc, sc,
+                      zr)
+
     def allocate_index_buffer(perm):
         # act_order: 8 indices of perm at a time
         if perm is not None:
@@ -650,13 +770,17 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
                 even = T.sblock_alloc_buffer((CT, NW), "int32", scope="local")
                 odd = T.sblock_alloc_buffer((CT, NW), "int32", scope="local")
                 allocate_word_buffers()
+                allocate_ring()
                 sc = T.sblock_alloc_buffer((2 * CT,), "float16", scope="local")
                 zr = T.sblock_alloc_buffer((2 * CT,), "uint8", scope="local")
                 for ct, mt, i in T.grid(CT, MT, 4):
                     acc[ct, mt, i] = T.float32(0)
                     c[ct, mt, i] = T.float32(0)
                 first = unit_slice(spec, vs)[0]
-                if D == 2:
+                if S > 0:
+                    staged_gemm(x, perm, qweight, scales, zeros, even, first, vs, vw, vl, xv, a,
+                                off, c, acc, sc, zr)
+                elif D == 2:
                     pair_gemm(x, perm, qweight, scales, zeros, even, odd, first, vs, vw, vl, xv,
                               a, off, c, acc, sc, zr)
                 else:
