@@ -27,7 +27,14 @@ from qcompile.measure import (
     measuring_provenance,
     this_device_model,
 )
-from qcompile.trust.choice import DEFAULT_TOP, Candidate, believe, choose, store_measurement
+from qcompile.trust.choice import (
+    DEFAULT_TOP,
+    Candidate,
+    believe,
+    choose,
+    store_measurement,
+    to_time,
+)
 from qcompile.trust.seals import Sealer
 from qcompile.trust.workloads import workload_database
 from schedules import untuned_schedule
@@ -84,10 +91,54 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
     TargetUnavailableError
         ``preset`` is a CPU preset this host cannot run and ``for_another_host`` is False.
     """
+    (result,) = build_set([spec], preset, out_dir, storage=storage, hw=hw, layers=layers,
+                          for_another_host=for_another_host, top=top, policy=policy)
+    return result
+
+
+def build_set(specs: list[KernelSpec], preset, out_dir: str | Path, *,
+              storage: Storage | None = None, hw=None, layers: Layers | None = None,
+              for_another_host: bool = False, top: int = DEFAULT_TOP,
+              policy: MeasurePolicy | None = None) -> list[BuildResult]:
+    """:func:`build` for several specs (a model's layer set), in their order: every spec's
+    records are found first (a spec without one stops the build before anything is timed or
+    written), then the claims of all of them are built and timed in one batch (one pool of
+    build workers and one runner for the set, not one of each per spec), then each spec's
+    record is chosen and exported. Parameters and errors as for :func:`build`."""
     require_build_host(preset, for_another_host)
     layers = layers or Layers.single(storage or Storage())
     hw = hw or preset.hardware()
     target = _tvm.Target(preset.tvm_target(hw))
+    sealer = Sealer.load()
+    runs_here, why_not = preset.host_support()
+    if for_another_host:
+        runs_here, why_not = False, "the build is --for-another-host"
+    device_model = this_device_model(preset) if runs_here else None
+    plans = [_plan(spec, preset, hw, target, layers, top, sealer, device_model)
+             for spec in specs]
+    measured = (_measure_plans(plans, preset, hw, target, layers, sealer, policy)
+                if runs_here else {})
+    results = []
+    for plan in plans:
+        choice = choose(plan.candidates, label=f"{plan.spec.name()} on {preset.name}",
+                        measure=(lambda _timed, plan=plan: measured[id(plan)])
+                        if runs_here else None, cannot_measure_because=why_not)
+        results.append(_export_choice(plan, choice, preset, target, out_dir))
+    return results
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One spec of a build, up to the measurement: its compute, its records, their beliefs."""
+
+    spec: KernelSpec
+    mod: object
+    database: object
+    candidates: list[Candidate]
+
+
+def _plan(spec: KernelSpec, preset, hw, target, layers: Layers, top: int, sealer: Sealer,
+          device_model: str | None) -> _Plan:
     mod = _tvm.normalize_mod(compute_for(spec, preset.kind))
     database = workload_database(layers.writer, spec, target, readers=layers.readers)
     found = database.candidates(mod, top)
@@ -101,11 +152,6 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
             f"({_target_label(preset, hw)}) in {layers.describe()}{refused}; run: qcompile tune "
             f"{spec_cli_args(spec)} --target {preset.name}"
         )
-    sealer = Sealer.load()
-    runs_here, why_not = preset.host_support()
-    if for_another_host:
-        runs_here, why_not = False, "the build is --for-another-host"
-    device_model = this_device_model(preset) if runs_here else None
     by_storage: dict[int, dict] = {}
     for storage, _, record in found:
         by_storage.setdefault(id(storage), {}).update(storage.measurements([record.id]))
@@ -113,27 +159,41 @@ def build(spec: KernelSpec, preset, out_dir: str | Path, *, storage: Storage | N
                             believe(record, by_storage[id(storage)][record.id], sealer,
                                     device_model))
                   for storage, info, record in found]
+    return _Plan(spec, mod, database, candidates)
 
-    def measure(timed: list[Candidate]) -> list[Measured]:
-        database.register(mod)  # the writer's workload row from our own compute, not a copy
+
+def _measure_plans(plans: list[_Plan], preset, hw, target, layers: Layers, sealer: Sealer,
+                   policy: MeasurePolicy | None) -> dict[int, list[Measured]]:
+    """Time what each plan's choice will ask for (trust.choice.to_time), all plans in one
+    batch per measuring setup (a family's operand maker), and store the measurements.
+    Returns each plan's results (by ``id(plan)``) in the order its choice asks for them."""
+    policy = policy or MeasurePolicy(build_workers=getattr(hw, "cores", None) or 2)
+    timed = {id(plan): to_time(plan.candidates) for plan in plans}
+    batches: dict[object, list[tuple[_Plan, Candidate]]] = {}
+    for plan in plans:
+        if timed[id(plan)]:
+            plan.database.register(plan.mod)  # the writer's workload row from our compute
+            f_alloc = family_of(plan.spec).measure_arguments(plan.spec)
+            batches.setdefault(f_alloc, []).extend((plan, c) for c in timed[id(plan)])
+    results: dict[tuple[int, int], Measured] = {}
+    provenance = measuring_provenance(preset)
+    for f_alloc, items in batches.items():
         meter = LoadMeter()
-        results = measure_modules([database.replay(mod, c.record) for c in timed],
-                                  target, policy or MeasurePolicy(
-                                      build_workers=getattr(hw, "cores", None) or 2),
-                                  family_of(spec).measure_arguments(spec))
+        measured = measure_modules([plan.database.replay(plan.mod, c.record)
+                                    for plan, c in items], target, policy, f_alloc)
         load = meter.lap()
-        provenance = measuring_provenance(preset)
-        for candidate, measured in zip(timed, results, strict=True):
-            if measured.run_secs:
-                store_measurement(layers.writer, candidate, measured, purpose=PURPOSE_VERIFY,
+        for (plan, candidate), result in zip(items, measured, strict=True):
+            results[id(plan), id(candidate)] = result
+            if result.run_secs:
+                store_measurement(layers.writer, candidate, result, purpose=PURPOSE_VERIFY,
                                   provenance=provenance, sealer=sealer, other_load=load)
-        return results
+    return {id(plan): [results[id(plan), id(c)] for c in timed[id(plan)]] for plan in plans}
 
-    choice = choose(candidates, label=f"{spec.name()} on {preset.name}",
-                    measure=measure if runs_here else None, cannot_measure_because=why_not)
+
+def _export_choice(plan: _Plan, choice, preset, target, out_dir) -> BuildResult:
     workload, record = choice.workload, choice.record
-    scheduled = database.replay(mod, record)
-    so_path, manifest = export(spec, preset, target, scheduled, out_dir, {
+    scheduled = plan.database.replay(plan.mod, record)
+    so_path, manifest = export(plan.spec, preset, target, scheduled, out_dir, {
         "id": record.id, "digest": record.digest, "mean_us": choice.mean_us,
         "claimed_us": record.mean_us, "how": choice.how,
         "workload_digest": workload.digest, "database": redact(record.database),

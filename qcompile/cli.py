@@ -332,16 +332,16 @@ def cmd_build(args: argparse.Namespace) -> int:
     require_build_host(preset, args.for_another_host)  # before TVM loads
     check_output_dir(args.out)
     layers = open_layers(args, packs=True)
-    from qcompile.build import build  # loads TVM (seconds)
+    from qcompile.build import build_set  # loads TVM (seconds)
 
     sources = {}  # where a record may come from -> how to say it
     if layers.packs is not None:
         from qcompile.trust.packs import packs_dir  # light CLI: SQLAlchemy on use
 
         sources[layers.packs.display_url] = f"a record pack in {packs_dir()} (qcompile db packs)"
-    for spec in specs:
-        result = build(spec, preset, args.out, layers=layers,
-                       for_another_host=args.for_another_host)
+    # the specs' claims are timed in one batch: one pool of build workers, one runner
+    for result in build_set(specs, preset, args.out, layers=layers,
+                            for_another_host=args.for_another_host):
         print(f"built {result.so_path} from record {result.record_id}: {result.how}; "
               f"manifest {result.manifest_path}")
         if result.source:

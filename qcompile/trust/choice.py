@@ -153,8 +153,7 @@ def choose(candidates: list[Candidate], *, label: str,
         raise NoRecordError(f"no valid record for {label}")
     believed = [c for c in candidates if c.belief is not None]
     best = min(believed, key=lambda c: c.belief.mean_us) if believed else None
-    suspects = [c for c in candidates if c.belief is None
-                and (best is None or c.record.mean_us < best.belief.mean_us)]
+    suspects = _suspects(candidates)
     if not suspects:
         return Choice(best.workload, best.record, best.belief.mean_us,
                       f"{best.belief.mean_us:.1f} us measured on {best.belief.device_model} "
@@ -172,7 +171,7 @@ def choose(candidates: list[Candidate], *, label: str,
             f"cannot measure them ({cannot_measure_because}): {claims}. On a machine that runs "
             "the target, `qcompile db verify` re-measures and seals them (with the team key in "
             "$QCOMPILE_TEAM_KEY_FILE, for every machine that holds it)")
-    timed = suspects + sorted(believed, key=lambda c: c.belief.mean_us)
+    timed = to_time(candidates)
     results = measure(timed)
     ok = [(c, m) for c, m in zip(timed, results, strict=True) if m.run_secs]
     if not ok:
@@ -185,6 +184,26 @@ def choose(candidates: list[Candidate], *, label: str,
                   f"{measured.mean_us:.1f} us re-measured here against {len(timed) - 1} other "
                   f"candidates (claimed {winner.record.mean_us:.3g} us, "
                   f"{claimed_by(winner.record)})", remeasured=len(timed))
+
+
+def _suspects(candidates: list[Candidate]) -> list[Candidate]:
+    """The claims that beat the best believed latency (all claims when none is believed)."""
+    believed = [c.belief.mean_us for c in candidates if c.belief is not None]
+    best = min(believed) if believed else None
+    return [c for c in candidates if c.belief is None
+            and (best is None or c.record.mean_us < best)]
+
+
+def to_time(candidates: list[Candidate]) -> list[Candidate]:
+    """The candidates :func:`choose` times when it can measure (in the order it passes them
+    to ``measure``): the suspect claims, then every believed record, fastest first; empty
+    when no claim beats the best believed latency. A build of several workloads times all of
+    theirs in one batch and hands each :func:`choose` its own results."""
+    suspects = _suspects(candidates)
+    if not suspects:
+        return []
+    believed = [c for c in candidates if c.belief is not None]
+    return suspects + sorted(believed, key=lambda c: c.belief.mean_us)
 
 
 def claimed_by(record: RecordInfo) -> str:

@@ -15,7 +15,7 @@ import targets
 from tuning_db.record_packs import shipped_packs
 
 QCOMPILE = [sys.executable, "-m", "qcompile.cli"]
-SHAPE = "256x256"
+SHAPE, SECOND_SHAPE = "256x256", "256x512"
 pytestmark = pytest.mark.slow
 
 
@@ -25,22 +25,23 @@ def run(args, env):
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
-    """(packs directory, pack file) of one real 4-trial tune of SHAPE, packed."""
+    """(packs directory, pack file) of real 4-trial tunes of SHAPE and SECOND_SHAPE, packed."""
     supported, reason = targets.get("avx2").host_support()
     if not supported:
         pytest.skip(f"host cannot run avx2 code: {reason}")
     root = tmp_path_factory.mktemp("packs")
     env = {**os.environ, "XDG_CACHE_HOME": str(root / "tuner-cache")}
     database = f"sqlite:///{root / 'tuned.sqlite'}"
-    tuned = run(["tune", "--target", "avx2", "--shape", SHAPE, "--trials", "4", "--quiet",
-                 "--db", database], env)
-    assert tuned.returncode == 0, tuned.stderr
+    for shape in (SHAPE, SECOND_SHAPE):
+        tuned = run(["tune", "--target", "avx2", "--shape", shape, "--trials", "4", "--quiet",
+                     "--db", database], env)
+        assert tuned.returncode == 0, tuned.stderr
     (root / "packs").mkdir()
     pack = root / "packs" / "tiny-avx2.jsonl"
     made = run(["db", "export", "--db", database, "--pack", "tiny-avx2", "--target", "avx2",
                 "--out", str(pack)], env)
     assert made.returncode == 0, made.stderr
-    assert "packed 1 workloads, 1 records" in made.stdout
+    assert "packed 2 workloads, 2 records" in made.stdout
     return root / "packs", pack
 
 
@@ -55,7 +56,7 @@ def test_a_pack_is_listed_with_its_target_and_device_model(packed, tmp_path):
     listed = run(["db", "packs", "--verbose"], fresh_env(tmp_path, packs))
     assert listed.returncode == 0, listed.stderr
     line = next(x for x in listed.stdout.splitlines() if x.strip().startswith("tiny-avx2"))
-    assert "avx2" in line and " 1 " in line  # target, one workload
+    assert "avx2" in line and " 2 " in line  # target, two workloads
     assert "uniform_b4_g128_k256_n256_m1_f32" in listed.stdout
 
 
@@ -69,6 +70,41 @@ def test_a_fresh_cache_builds_from_the_pack_with_no_tuning(packed, tmp_path):
     assert "re-measured here" in built.stdout  # a pack's latency is a claim until timed here
     assert list((tmp_path / "out").glob("*.so"))
     assert pack.read_bytes() == shipped  # read, never written
+
+
+def test_a_layer_set_is_timed_in_one_batch(packed, tmp_path, monkeypatch):
+    """build_set (``qcompile build --shapes``): the claims of every spec are built and timed
+    in one batch (one pool of build workers, one runner); the next build believes the sealed
+    measurements and times nothing."""
+    import qcompile.build as build_module
+    from qcompile.kernels import UniformSpec
+    from qcompile.trust.packs import pack_layer
+    from tuning_db import Storage
+    from tuning_db.layers import Layers
+
+    packs, _ = packed
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("QCOMPILE_PACKS", "1")
+    monkeypatch.setenv("QCOMPILE_PACKS_DIR", str(packs))
+    batches = []
+    measure_modules = build_module.measure_modules
+
+    def counted(modules, *args, **kwargs):  # the real measurement, counted
+        batches.append(len(modules))
+        return measure_modules(modules, *args, **kwargs)
+
+    monkeypatch.setattr(build_module, "measure_modules", counted)
+    layers = Layers.single(Storage(f"sqlite:///{tmp_path / 'local.sqlite'}"))
+    layers.packs = pack_layer()
+    layers.readers.append(layers.packs)
+    specs = [UniformSpec(k=256, n=256), UniformSpec(k=256, n=512)]
+    results = build_module.build_set(specs, targets.get("avx2"), tmp_path / "out", layers=layers)
+    assert batches == [2]
+    assert [r.so_path.name for r in results] == [f"{s.name()}.so" for s in specs]
+    assert all("re-measured here" in r.how for r in results)
+    again = build_module.build_set(specs, targets.get("avx2"), tmp_path / "again",
+                                   layers=layers)
+    assert batches == [2] and all("sealed by the host key" in r.how for r in again)
 
 
 def test_without_packs_the_build_asks_for_a_tune(packed, tmp_path):
@@ -119,4 +155,4 @@ def test_the_kernel_cache_of_models_builds_from_the_packs(packed, monkeypatch):
     assert cache.get(spec) is not None  # built from the pack's record, timed here once
     assert cache.best_record(spec) is not None
     with pytest.raises(NoRecordError, match="no tuned record"):
-        cache.get(UniformSpec(k=256, n=512))  # not in the pack
+        cache.get(UniformSpec(k=512, n=256))  # not in the pack
