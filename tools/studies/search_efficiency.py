@@ -135,21 +135,24 @@ def plot(result: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for run in result["runs"]:
-        xs = [i + 1 for i, v in enumerate(run["best_so_far_us"]) if v is not None]
-        ys = [v for v in run["best_so_far_us"] if v is not None]
-        ax.step(xs, ys, where="post", label=f"{run['generator']} (best {ys[-1]:.0f} us)"
-                if ys else run["generator"])
+    # best so far against trials (left) and against the tuner's wall time (right)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     check = result["check"]
-    if check.get("guided_final_best_us"):
-        ax.axhline(1.1 * check["guided_final_best_us"], color="grey", linestyle="--",
-                   linewidth=0.8, label="guided final best + 10%")
-    ax.set_yscale("log")
-    ax.set_xlabel("trials (measured candidates)")
-    ax.set_ylabel("best latency so far (us, log)")
-    ax.set_title(f"{result['kernel']} @{result['target']}, seed {result['seed']}")
-    ax.legend(fontsize=8)
+    for ax, by_time in zip(axes, (False, True), strict=True):
+        for run in result["runs"]:
+            points = [(run["seconds_at_trial"][i] if by_time else i + 1, v)
+                      for i, v in enumerate(run["best_so_far_us"]) if v is not None]
+            ax.step([x for x, _ in points], [y for _, y in points], where="post",
+                    label=f"{run['generator']} (best {points[-1][1]:.0f} us)" if points
+                    else run["generator"])
+        if check.get("guided_final_best_us"):
+            ax.axhline(1.1 * check["guided_final_best_us"], color="grey", linestyle="--",
+                       linewidth=0.8, label="guided final best + 10%")
+        ax.set_yscale("log")
+        ax.set_xlabel("tuning wall time (s)" if by_time else "trials (measured candidates)")
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("best latency so far (us, log)")
+    fig.suptitle(f"{result['kernel']} @{result['target']}, seed {result['seed']}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -17,9 +17,9 @@ import functools
 from qcompile.kernels.base import PreparedWeights
 from qcompile.kernels.uniform.spec import UniformSpec
 
-#: Elements (rows x columns) decoded at once: bounds the float32 and int32 temporaries to
-#: about 128 MiB each, in a few chunks even for the widest layers (few kernel launches: the
-#: prefill path is launch-bound when it decodes code by code).
+#: Elements (rows x columns) decoded at once (rounded to whole groups): bounds the int32 and
+#: float temporaries to about 128 MiB each, in a few chunks even for the widest layers (few
+#: kernel launches: the prefill path is launch-bound when it decodes code by code).
 _CHUNK_ELEMENTS = 1 << 25
 
 
@@ -53,15 +53,24 @@ def _field_tensors(bits: int, device) -> tuple:
 
 def _decode_codes(words, bits: int, fields):
     """int32 words [B, bits, N] (B blocks of 32 rows) -> int32 codes [B * 32, N]
-    (``fields``: :func:`_field_tensors`)."""
+    (``fields``: :func:`_field_tensors`, used for 3 bits only).
+
+    Where ``bits`` divides 32 (2, 4, 8), code j of a block is field j % (32 / bits) of word
+    j // (32 / bits): one broadcast shift of the words and one mask decode every code. 3-bit
+    codes straddle words, so each code's word is gathered first."""
     import torch
 
+    if 32 % bits == 0:
+        per_word = 32 // bits
+        shifts = torch.arange(0, 32, bits, dtype=torch.int32, device=words.device)
+        codes = torch.bitwise_right_shift(words.unsqueeze(2), shifts.view(1, 1, per_word, 1))
+        codes.bitwise_and_((1 << bits) - 1)   # [B, bits, 32 / bits, N]: code j = (word, field)
+        return codes.view(-1, words.shape[-1])
     word, shift, low_mask, high_mask, high_shift = fields
     low = words.index_select(1, word)  # [B, 32, N]: each code's low word
     codes = torch.bitwise_and(torch.bitwise_right_shift(low, shift), low_mask)
-    if bits == 3:  # the straddling codes' high bits, from the next word
-        high = words.index_select(1, torch.clamp(word + 1, max=bits - 1))
-        codes |= torch.bitwise_left_shift(torch.bitwise_and(high, high_mask), high_shift)
+    high = words.index_select(1, torch.clamp(word + 1, max=bits - 1))
+    codes |= torch.bitwise_left_shift(torch.bitwise_and(high, high_mask), high_shift)
     return codes.view(-1, words.shape[-1])
 
 
@@ -102,16 +111,25 @@ def dequantize_on_device(spec: UniformSpec, prepared: PreparedWeights, dtype, ou
           or not out.is_contiguous()):
         raise ValueError(f"out must be a contiguous {dtype} [{k}, {n}] tensor on "
                          f"{qweight.device}; got {out.dtype} {list(out.shape)} on {out.device}")
-    group = spec.effective_group_size
+    group = min(spec.effective_group_size, k)
     words = qweight.view(k // 32, bits, n)
-    blocks_per_chunk = max(1, _CHUNK_ELEMENTS // (32 * n))
-    fields = _field_tensors(bits, qweight.device)
+    # whole groups per chunk, so the chunk's zeros and scales broadcast over [groups, group, N]
+    group_blocks = max(1, group // 32)
+    blocks_per_chunk = max(group_blocks, _CHUNK_ELEMENTS // (32 * n) // group_blocks
+                           * group_blocks)
+    fields = _field_tensors(bits, qweight.device) if 32 % bits else None
+    # fp16 x fp16 products are exact in float32, so fp16 arithmetic rounds (c - z) * s once,
+    # as float32 would; bf16 (8 mantissa bits) and float32 take float32
+    compute = torch.float16 if dtype == torch.float16 else torch.float32
     for first in range(0, k // 32, blocks_per_chunk):
         block = words[first:first + blocks_per_chunk]
         rows = slice(first * 32, (first + block.shape[0]) * 32)
-        g = torch.arange(rows.start, rows.stop, device=block.device) // group
-        codes = _decode_codes(block, bits, fields).to(torch.float32)
-        weight = (codes - zeros.index_select(0, g).to(torch.float32)) * scales.index_select(
-            0, g).to(torch.float32)
-        out[rows] = weight
+        groups = slice(rows.start // group, rows.stop // group)
+        codes = _decode_codes(block, bits, fields).to(compute).view(-1, group, n)
+        codes -= zeros[groups].to(compute).unsqueeze(1)
+        target = out[rows].view(-1, group, n)
+        if compute == dtype:
+            torch.mul(codes, scales[groups].to(compute).unsqueeze(1), out=target)
+        else:
+            target.copy_(codes.mul_(scales[groups].to(compute).unsqueeze(1)))
     return out
