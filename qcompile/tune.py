@@ -364,6 +364,8 @@ class StopWhenFlat(_tvm.ms.measure_callback.PyMeasureCallback):
     def __init__(self, patience: int) -> None:
         super().__init__()
         self.patience = patience
+        #: The job's trial budget (set by the job): no task is stopped once it is all sent.
+        self.budget: int | None = None
         self.best: dict[int, float] = {}
         self.since: dict[int, int] = {}
         self.measured: dict[int, int] = {}
@@ -382,9 +384,16 @@ class StopWhenFlat(_tvm.ms.measure_callback.PyMeasureCallback):
                 self.best[task_id] = mean if best is None else min(best, mean)
         tasks = task_scheduler.tasks_
         # Only after every task had its first batch: MetaSchedule's gradient scheduler hands the
-        # first round out in turn, terminated or not, and terminates a task twice then.
+        # first round out in turn, terminated or not, and terminates a task twice then. And
+        # only while the budget is not all sent: past it the scheduler joins the batches still
+        # running (this callback among them) and then terminates every task it finds alive,
+        # a second time for one stopped here.
         warmed = all(self.measured.get(i, 0) > 0 for i in range(len(tasks)))
-        if warmed and self.since.get(task_id, 0) >= self.patience and \
+        in_flight = sum(len(t.runner_futures) for i, t in enumerate(tasks)
+                        if i != task_id and t.runner_futures is not None)
+        sent = sum(self.measured.values()) + in_flight
+        budget_left = self.budget is None or sent < self.budget
+        if warmed and budget_left and self.since.get(task_id, 0) >= self.patience and \
                 not tasks[task_id].is_terminated:
             self.stopped.add(task_id)
             task_scheduler.terminate_task(task_id)
@@ -473,6 +482,7 @@ def _tune_together(tuned: list, preset, target, hw, trials: int, seed: int,
     cores = getattr(hw, "cores", None) or usable_cores()
     policy = MeasurePolicy(build_workers=cores)
     progress.set_total(trials)
+    stopper.budget = trials
     for _, _, mod, view in tuned:
         view.register(mod)  # our errors (a read-only database), before MetaSchedule's FFI
     database = WorkloadSetDatabase([(mod, view) for _, _, mod, view in tuned])

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from qcompile.trust.records import store_lines
 from tuning_db import transfer
-from tuning_db.record_packs import SHIPPED_DIR, pack_files
+from tuning_db.record_packs import SHIPPED_DIR, pack_files, read_pack_header
 from tuning_db.storage import Storage
 from tuning_db.url import cache_dir
 
@@ -34,13 +34,18 @@ def packs_dir() -> Path:
     return Path(os.environ.get(PACKS_DIR_ENV) or SHIPPED_DIR)
 
 
-def pack_layer(directory: str | Path | None = None) -> Storage | None:
+def pack_layer(directory: str | Path | None = None, *,
+               target: str | None = None) -> Storage | None:
     """A read-only :class:`Storage` holding every pack of ``directory`` (default
-    :func:`packs_dir`), validated; None when there are none or ``$QCOMPILE_PACKS`` is 0."""
+    :func:`packs_dir`) made for ``target`` (as a pack's header names it, ``avx2 (2 cores)``;
+    None: every pack), validated; None when there are none or ``$QCOMPILE_PACKS`` is 0.
+    (A build validates only its target's packs: the first build in a fresh cache pays for
+    them.)"""
     if not packs_enabled():
         return None
-    packs = pack_files(directory or packs_dir())  # headers only: this runs at every build
-    if not packs:
+    packs = [(name, path) for name, path in pack_files(directory or packs_dir())
+             if target is None or read_pack_header(path)["target"] == target]
+    if not packs:  # (headers only above: this runs at every build)
         return None
     digest = hashlib.sha256()
     for name, pack in packs:

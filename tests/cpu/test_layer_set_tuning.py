@@ -41,6 +41,18 @@ def test_one_job_tunes_every_spec_into_its_own_workload(avx2, tmp_path):
     assert "as one job" in summary.lines()[0]
 
 
+def test_a_task_gone_flat_in_the_last_batch_ends_the_job_cleanly(avx2, tmp_path):
+    """Patience 1 stops a spec at its first candidate that does not improve it, so the last
+    batch's callback wants to stop its spec while MetaSchedule, the budget all sent, is already
+    terminating every task (which crashed the job: a task terminated twice)."""
+    storage = Storage(f"sqlite:///{tmp_path / 'set.sqlite'}")
+    specs = [UniformSpec(k=256, n=256), UniformSpec(k=256, n=512)]
+    summary = tune_layer_set(specs, [1, 1], avx2, trials=3 * BATCH,
+                             layers=Layers.single(storage), progress=False, patience=1)
+    assert sum(row[2] for row in summary.rows) == 3 * BATCH
+    assert all(row[3] is not None for row in summary.rows)
+
+
 def test_specs_with_their_own_operands_are_refused(avx2):
     mixed = MixedSpec(k=256, n=256)
     with pytest.raises(UsageError, match="tune them one by one"):

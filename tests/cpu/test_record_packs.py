@@ -107,6 +107,17 @@ def test_a_layer_set_is_timed_in_one_batch(packed, tmp_path, monkeypatch):
     assert batches == [2] and all("sealed by the host key" in r.how for r in again)
 
 
+def test_a_build_reads_only_its_targets_packs(packed, tmp_path, monkeypatch):
+    from qcompile.trust.packs import pack_layer
+
+    packs, _ = packed
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("QCOMPILE_PACKS", "1")
+    assert pack_layer(packs, target="avx512 (2 cores)") is None  # validated for nobody
+    assert not (tmp_path / "cache" / "qcompile" / "packs").exists()
+    assert pack_layer(packs, target="avx2 (2 cores)") is not None
+
+
 def test_without_packs_the_build_asks_for_a_tune(packed, tmp_path):
     packs, _ = packed
     built = run(["build", "--target", "avx2", "--shape", SHAPE, "--out", str(tmp_path / "out")],
