@@ -117,11 +117,11 @@ def build_set(specs: list[KernelSpec], preset, out_dir: str | Path, *,
     plans = [_plan(spec, preset, hw, target, layers, top, sealer, device_model)
              for spec in specs]
     measured = (_measure_plans(plans, preset, hw, target, layers, sealer, policy)
-                if runs_here else {})
+                if runs_here else [None] * len(plans))
     results = []
-    for plan in plans:
+    for plan, timings in zip(plans, measured, strict=True):
         choice = choose(plan.candidates, label=f"{plan.spec.name()} on {preset.name}",
-                        measure=(lambda _timed, plan=plan: measured[id(plan)])
+                        measure=(lambda _timed, timings=timings: timings)
                         if runs_here else None, cannot_measure_because=why_not)
         results.append(_export_choice(plan, choice, preset, target, out_dir))
     return results
@@ -163,31 +163,31 @@ def _plan(spec: KernelSpec, preset, hw, target, layers: Layers, top: int, sealer
 
 
 def _measure_plans(plans: list[_Plan], preset, hw, target, layers: Layers, sealer: Sealer,
-                   policy: MeasurePolicy | None) -> dict[int, list[Measured]]:
+                   policy: MeasurePolicy | None) -> list[list[Measured]]:
     """Time what each plan's choice will ask for (trust.choice.to_time), all plans in one
     batch per measuring setup (a family's operand maker), and store the measurements.
-    Returns each plan's results (by ``id(plan)``) in the order its choice asks for them."""
+    Returns each plan's results in the order its choice asks for them."""
     policy = policy or MeasurePolicy(build_workers=getattr(hw, "cores", None) or 2)
-    timed = {id(plan): to_time(plan.candidates) for plan in plans}
-    batches: dict[object, list[tuple[_Plan, Candidate]]] = {}
-    for plan in plans:
-        if timed[id(plan)]:
+    batches: dict[object, list[tuple[int, Candidate]]] = {}  # operand maker -> (plan, claim)
+    for index, plan in enumerate(plans):
+        timed = to_time(plan.candidates)
+        if timed:
             plan.database.register(plan.mod)  # the writer's workload row from our compute
             f_alloc = family_of(plan.spec).measure_arguments(plan.spec)
-            batches.setdefault(f_alloc, []).extend((plan, c) for c in timed[id(plan)])
-    results: dict[tuple[int, int], Measured] = {}
+            batches.setdefault(f_alloc, []).extend((index, c) for c in timed)
+    results: list[list[Measured]] = [[] for _ in plans]
     provenance = measuring_provenance(preset)
     for f_alloc, items in batches.items():
         meter = LoadMeter()
-        measured = measure_modules([plan.database.replay(plan.mod, c.record)
-                                    for plan, c in items], target, policy, f_alloc)
+        measured = measure_modules([plans[index].database.replay(plans[index].mod, c.record)
+                                    for index, c in items], target, policy, f_alloc)
         load = meter.lap()
-        for (plan, candidate), result in zip(items, measured, strict=True):
-            results[id(plan), id(candidate)] = result
+        for (index, candidate), result in zip(items, measured, strict=True):
+            results[index].append(result)  # a plan's claims sit in one batch, in order
             if result.run_secs:
                 store_measurement(layers.writer, candidate, result, purpose=PURPOSE_VERIFY,
                                   provenance=provenance, sealer=sealer, other_load=load)
-    return {id(plan): [results[id(plan), id(c)] for c in timed[id(plan)]] for plan in plans}
+    return results
 
 
 def _export_choice(plan: _Plan, choice, preset, target, out_dir) -> BuildResult:

@@ -62,8 +62,7 @@ def open_layers(args: argparse.Namespace, *, packs: bool = False):
     if packs:
         from qcompile.trust.packs import pack_layer
 
-        preset = targets.get(args.target)  # only the packs made for this target
-        shipped = pack_layer(target=targets.preset_label(preset.tvm_target(preset.hardware())))
+        shipped = pack_layer(preset=targets.get(args.target))  # this target's packs only
         if shipped is not None:
             layers.readers.append(shipped)
             layers.packs = shipped

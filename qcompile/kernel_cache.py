@@ -80,8 +80,7 @@ class KernelCache:
         if self._packs is None:
             from qcompile.trust.packs import pack_layer  # the record checks: on first need
 
-            target = targets.preset_label(self.preset.tvm_target(self.preset.hardware()))
-            self._packs = pack_layer(target=target) or False
+            self._packs = pack_layer(preset=self.preset) or False
         return self._packs or None
 
     def best_record(self, spec):

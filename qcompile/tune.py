@@ -361,11 +361,11 @@ class StopWhenFlat(_tvm.ms.measure_callback.PyMeasureCallback):
     """Terminate a task whose best latency has not improved by :data:`FLAT_GAIN` over its last
     ``patience`` measured candidates (its share of the budget then goes to the others)."""
 
-    def __init__(self, patience: int) -> None:
+    def __init__(self, patience: int, budget: int) -> None:
         super().__init__()
         self.patience = patience
-        #: The job's trial budget (set by the job): no task is stopped once it is all sent.
-        self.budget: int | None = None
+        #: The job's trial budget: no task is stopped once it is all sent.
+        self.budget = budget
         self.best: dict[int, float] = {}
         self.since: dict[int, int] = {}
         self.measured: dict[int, int] = {}
@@ -392,8 +392,7 @@ class StopWhenFlat(_tvm.ms.measure_callback.PyMeasureCallback):
         in_flight = sum(len(t.runner_futures) for i, t in enumerate(tasks)
                         if i != task_id and t.runner_futures is not None)
         sent = sum(self.measured.values()) + in_flight
-        budget_left = self.budget is None or sent < self.budget
-        if warmed and budget_left and self.since.get(task_id, 0) >= self.patience and \
+        if warmed and sent < self.budget and self.since.get(task_id, 0) >= self.patience and \
                 not tasks[task_id].is_terminated:
             self.stopped.add(task_id)
             task_scheduler.terminate_task(task_id)
@@ -460,11 +459,10 @@ def tune_layer_set(specs: list[KernelSpec], weights: list[float], preset, *, tri
         share = trials / len(specs)
         tuned = [e for e in every if force or e[3].measured(e[2]) < share
                  or e[3].best(e[2]) is None]
-        stopper = StopWhenFlat(patience)
+        budget = max(BATCH * len(tuned), round(share * len(tuned)))
+        stopper = StopWhenFlat(patience, budget)
         if tuned:
-            _tune_together(tuned, preset, target, hw, max(BATCH * len(tuned),
-                                                         round(share * len(tuned))),
-                           seed, progress, stopper)
+            _tune_together(tuned, preset, target, hw, budget, seed, progress, stopper)
     rows = []
     for spec, weight, mod, view in every:
         index = next((i for i, e in enumerate(tuned) if e[0] is spec), None)
@@ -482,7 +480,6 @@ def _tune_together(tuned: list, preset, target, hw, trials: int, seed: int,
     cores = getattr(hw, "cores", None) or usable_cores()
     policy = MeasurePolicy(build_workers=cores)
     progress.set_total(trials)
-    stopper.budget = trials
     for _, _, mod, view in tuned:
         view.register(mod)  # our errors (a read-only database), before MetaSchedule's FFI
     database = WorkloadSetDatabase([(mod, view) for _, _, mod, view in tuned])

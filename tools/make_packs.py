@@ -25,22 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-#: Llama-family models by (hidden size, q/k/v output features, intermediate size): the fused
-#: layer set is q/k/v (hidden x qkv), o (hidden x hidden), gate/up (hidden x 2 intermediate)
-#: and down (intermediate x hidden), each called once per decoder layer.
-MODELS = {
-    "llama2-7b": (4096, 12288, 11008),
-    "llama3-8b": (4096, 6144, 14336),
-    "llama2-13b": (5120, 15360, 13824),
-    "llama2-70b": (8192, 10240, 28672),
-}
+from tools.harness.layer_sets import MODELS, layer_shapes
+
 SHIPPED = Path(__file__).resolve().parents[1] / "tuning_db" / "packs"
-
-
-def layer_shapes(model: str) -> list[tuple[int, int]]:
-    """(K, N) of the model's four fused layers."""
-    hidden, qkv, intermediate = MODELS[model]
-    return [(hidden, qkv), (hidden, hidden), (hidden, 2 * intermediate), (intermediate, hidden)]
 
 
 def device_tag(preset) -> str:
@@ -96,11 +83,9 @@ def main(argv: list[str] | None = None) -> int:
                                          layers=Layers.single(Storage(url)), progress=False)
                 print("\n".join(summary.lines()), flush=True)
                 out = args.out_dir / f"{name}.jsonl"
-                command = [_sys.executable, "-c", "import sys; from qcompile.cli import main; "
-                           "sys.argv[0] = 'qcompile'; sys.exit(main())", "db", "export",
-                           "--db", url, "--pack", name, "--target", args.target, "--out",
-                           str(out)]
-                subprocess.run(command, check=True)
+                subprocess.run([_sys.executable, "-m", "qcompile.cli", "db", "export", "--db",
+                                url, "--pack", name, "--target", args.target, "--out", str(out)],
+                               check=True)
                 print(f"{name}: tuned in {time.monotonic() - started:.0f} s, wrote {out}",
                       flush=True)
     return 0

@@ -104,12 +104,16 @@ def read_pack_info(path: str | Path) -> PackInfo:
                     measurements=counts["measurement"], sealed=sealed)
 
 
-def pack_files(directory: str | Path = SHIPPED_DIR) -> list[tuple[str, Path]]:
-    """(name, path) of every pack in ``directory``, by name, from their headers alone."""
+def pack_files(directory: str | Path = SHIPPED_DIR, *,
+               target: str | None = None) -> list[tuple[str, Path]]:
+    """(name, path) of every pack in ``directory`` made for ``target`` (as a header names it,
+    ``avx2 (2 cores)``; None: every pack), by name, from their headers alone."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    return sorted((read_pack_header(p)["name"], p) for p in directory.glob("*.jsonl"))
+    headers = [(read_pack_header(p), p) for p in directory.glob("*.jsonl")]
+    return sorted((header["name"], p) for header, p in headers
+                  if target is None or header["target"] == target)
 
 
 def shipped_packs(directory: str | Path = SHIPPED_DIR) -> list[PackInfo]:

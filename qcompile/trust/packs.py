@@ -13,9 +13,10 @@ import hashlib
 import os
 from pathlib import Path
 
+import targets
 from qcompile.trust.records import store_lines
 from tuning_db import transfer
-from tuning_db.record_packs import SHIPPED_DIR, pack_files, read_pack_header
+from tuning_db.record_packs import SHIPPED_DIR, pack_files
 from tuning_db.storage import Storage
 from tuning_db.url import cache_dir
 
@@ -34,18 +35,17 @@ def packs_dir() -> Path:
     return Path(os.environ.get(PACKS_DIR_ENV) or SHIPPED_DIR)
 
 
-def pack_layer(directory: str | Path | None = None, *,
-               target: str | None = None) -> Storage | None:
+def pack_layer(directory: str | Path | None = None, *, preset=None) -> Storage | None:
     """A read-only :class:`Storage` holding every pack of ``directory`` (default
-    :func:`packs_dir`) made for ``target`` (as a pack's header names it, ``avx2 (2 cores)``;
-    None: every pack), validated; None when there are none or ``$QCOMPILE_PACKS`` is 0.
-    (A build validates only its target's packs: the first build in a fresh cache pays for
-    them.)"""
+    :func:`packs_dir`) made for ``preset``'s target on this host (None: every pack), validated;
+    None when there are none or ``$QCOMPILE_PACKS`` is 0. (A build validates only its target's
+    packs: the first build in a fresh cache pays for them.)"""
     if not packs_enabled():
         return None
-    packs = [(name, path) for name, path in pack_files(directory or packs_dir())
-             if target is None or read_pack_header(path)["target"] == target]
-    if not packs:  # (headers only above: this runs at every build)
+    target = None if preset is None else targets.preset_label(
+        preset.tvm_target(preset.hardware()))
+    packs = pack_files(directory or packs_dir(), target=target)  # headers only: every build
+    if not packs:
         return None
     digest = hashlib.sha256()
     for name, pack in packs:

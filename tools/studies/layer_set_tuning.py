@@ -13,13 +13,20 @@ token as a share of the large one's.
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # the repository: tools.harness
+
 import argparse
 import json
 import tempfile
 import time
 
+from tools.harness.layer_sets import decoder_layers, layer_shapes
+
 #: Llama-2-7B's fused layer shapes (K, N) and their calls per token.
-LLAMA2_7B = [((4096, 12288), 32), ((4096, 4096), 32), ((4096, 22016), 32), ((11008, 4096), 32)]
+LLAMA2_7B = [(shape, decoder_layers("llama2-7b")) for shape in layer_shapes("llama2-7b")]
 
 
 def run_budget(trials_per_spec: int, seed: int, directory: str, stop_flat: bool) -> dict:

@@ -30,16 +30,17 @@ import tempfile
 import time
 from pathlib import Path
 
-#: Llama-2-7B's fused layer shapes (K, N), as ``qcompile generate`` runs them.
-SHAPES = ["4096x12288", "4096x4096", "4096x22016", "11008x4096"]
+from tools.harness.layer_sets import layer_shapes
+
+#: Llama-2-7B's fused layer shapes, as ``qcompile generate`` runs them.
+SHAPES = [f"{k}x{n}" for k, n in layer_shapes("llama2-7b")]
 
 
 def qcompile(args: list[str], cache: Path, packs: bool) -> float:
     """Run one ``qcompile`` command with its own cache; its wall seconds."""
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "QCOMPILE_PACKS": "1" if packs else "0"}
     env.pop("QCOMPILE_DB", None)
-    command = [_sys.executable, "-c", "import sys; from qcompile.cli import main; "
-               "sys.argv[0] = 'qcompile'; sys.exit(main())", *args]
+    command = [_sys.executable, "-m", "qcompile.cli", *args]
     started = time.monotonic()
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     wall = time.monotonic() - started

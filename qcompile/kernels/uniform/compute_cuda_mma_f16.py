@@ -728,7 +728,7 @@ def uniform_compute_cuda_mma_f16(spec: UniformSpec):
         # from stage u % S, start the copy of unit u + S - 1 into the stage unit u - 1 left,
         # multiply
         ring = local["ring"]
-        count = US if not LONGER else US + T.Cast("int32", vs < LONGER)
+        count = unit_slice(spec, vs)[1]
         for i in range(S - 1):
             when(has_unit(i, vs), lambda i=i: stage_copy(qweight, first + i, i, vs, vw, vl))
             commit()
