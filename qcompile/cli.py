@@ -195,6 +195,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0 if summary.best_us is not None else 1
 
 
+def add_lm_head_argument(parser) -> None:
+    parser.add_argument("--lm-head-bits", type=int, choices=gptq.LM_HEAD_BITS, default=None,
+                        help="quantize the dense lm_head to 8 or 4 bits at load (round to "
+                             "nearest, groups of 128) and run it on a qcompile kernel "
+                             "(default: dense, exact)")
+
+
 def tune_checkpoint(args: argparse.Namespace) -> int:
     """``qcompile tune --from-gptq DIR``: every distinct layer shape of a checkpoint, once."""
     from qcompile.progress import TuneProgress  # tqdm: only a tuning run pays for it
@@ -209,6 +216,9 @@ def tune_checkpoint(args: argparse.Namespace) -> int:
     int8 = getattr(args, "int8_activations", False)
     specs = [spec for m in args.batch
              for spec in gptq.distinct_specs(layers, m=m, dtype=args.dtype, int8_activations=int8)]
+    if args.lm_head_bits is not None:  # the quantized lm_head of qcompile generate
+        specs += [gptq.lm_head_spec(args.from_gptq, args.lm_head_bits, m, args.dtype)
+                  for m in args.batch]
     print(f"{args.from_gptq}: {count}, {len(specs)} distinct kernel specs "
           f"(M={','.join(map(str, args.batch))}, {args.dtype})", flush=True)
     policy = measure_policy(args)
@@ -293,7 +303,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore")
         model = hf.from_gptq(directory, target=args.target, db=args.db, dtype=args.dtype,
                              on_missing=args.on_missing, tune_trials=args.trials,
-                             fuse=not args.no_fuse, int8_activations=args.int8_activations)
+                             fuse=not args.no_fuse, int8_activations=args.int8_activations,
+                             lm_head_bits=args.lm_head_bits)
         report = model.qcompile
         hf.generate(model, torch.tensor([ids[:1]]), 1)  # untimed: first calls' set-up costs
         result = hf.generate(model, torch.tensor([ids]), args.max_new_tokens)
@@ -410,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fused", action="store_true",
                    help="with --from-gptq: tune the shapes qcompile generate runs, q/k/v and "
                         "gate/up fused into one layer each")
+    add_lm_head_argument(p)
     add_db_argument(p)
     add_layer_arguments(p)
     p.add_argument("--force", action="store_true",
@@ -450,6 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"candidates per kernel with --on-missing tune (default {DEFAULT_TRIALS})")
     p.add_argument("--no-fuse", action="store_true",
                    help="run q/k/v and gate/up as separate kernels")
+    add_lm_head_argument(p)
     add_db_argument(p)
     p.set_defaults(func=cmd_generate)
 

@@ -599,3 +599,23 @@ def _read_json(path: Path) -> dict:
     if not isinstance(data, dict):
         raise FormatError(f"{path} must hold a JSON object; got {type(data).__name__}")
     return data
+
+
+#: Rows of K per group of an lm_head quantized at load (qcompile.hf's ``lm_head_bits``).
+LM_HEAD_GROUP = 128
+#: Bit widths a quantized lm_head takes (fewer lose too much of the logits).
+LM_HEAD_BITS = (4, 8)
+
+
+def lm_head_spec(directory: str | Path, bits: int, m: int, dtype: str) -> UniformSpec:
+    """The kernel spec of a checkpoint's lm_head quantized to ``bits`` at load, from its
+    ``config.json`` (hidden_size x vocab_size, groups of :data:`LM_HEAD_GROUP`)."""
+    path = Path(directory) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+        hidden, vocabulary = int(config["hidden_size"]), int(config["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise FormatError(f"{path}: no hidden_size and vocab_size for the lm_head "
+                          f"({type(error).__name__}: {error})") from None
+    return UniformSpec(k=hidden, n=vocabulary, bits=bits, group_size=LM_HEAD_GROUP, m=m,
+                       dtype=dtype)

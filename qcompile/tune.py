@@ -204,9 +204,9 @@ def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: 
     # The measuring machine's model: the RPC servers' cores and caches when measured there.
     hw = hw or (device.hardware(preset) if device is not None else preset.hardware())
     target = _tvm.Target(preset.tvm_target(hw))
-    cores = getattr(hw, "cores", None) or usable_cores()  # a GPU model has no cores: the host's
-    if device is not None:
-        cores = usable_cores()  # the search and the builds run here
+    # The search and the builds run on this host's cores, whatever cores the kernel is made
+    # for (a GPU's, an RPC server's, or a CPU target of fewer cores: QCOMPILE_HW="cores=2").
+    cores = usable_cores()
     policy = policy or MeasurePolicy(build_workers=cores)
     measured_on = ""
     if device is not None:
@@ -477,7 +477,7 @@ def _tune_together(tuned: list, preset, target, hw, trials: int, seed: int,
                    progress: TuneProgress, stopper: StopWhenFlat) -> None:
     """One MetaSchedule job over ``tuned`` [(spec, weight, module, view)]: the gradient task
     scheduler, records stored through each spec's view."""
-    cores = getattr(hw, "cores", None) or usable_cores()
+    cores = usable_cores()  # the search and the builds: this host's cores (as in tune)
     policy = MeasurePolicy(build_workers=cores)
     progress.set_total(trials)
     for _, _, mod, view in tuned:

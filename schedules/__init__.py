@@ -37,11 +37,12 @@ def search_settings(variant: Variant):
     Categorical spaces (all GPU spaces, the uniform CPU space and the int8-activation CPU
     spaces) sample our knobs (MutateCategorical); the other CPU spaces sample perfect tiles
     (MutateTileSize). On GPUs a candidate whose launch breaks the GPU's limits (threads,
-    shared memory, registers) is dropped before it is built (VerifyGPUCode). A compute with
-    data-dependent loops keeps its candidates (no DisallowDynamicLoop).
+    shared memory, registers) is dropped before it is built (VerifyGPUCode), unless the
+    variant plans its own launch (``verify_gpu_code`` False). A compute with data-dependent
+    loops keeps its candidates (no DisallowDynamicLoop).
     """
     postprocs = [] if variant.dynamic_loops else [ms.postproc.DisallowDynamicLoop()]
-    if variant.target == "cuda":
+    if variant.target == "cuda" and variant.verify_gpu_code:
         postprocs.append(ms.postproc.VerifyGPUCode())
     mutator = (MutateCategorical() if variant.mutator == "categorical"
                else ms.mutator.MutateTileSize())
@@ -54,7 +55,8 @@ def search_strategy(spec: KernelSpec, target_class: str):
     variant = variants.choose(spec, target_class)
     if variant.population is not None:
         return ms.search_strategy.EvolutionarySearch(
-            population_size=variant.population, init_min_unmeasured=16, genetic_num_iters=3)
+            population_size=variant.population,
+            init_min_unmeasured=min(16, variant.population), genetic_num_iters=3)
     return "evolutionary"
 
 

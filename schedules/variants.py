@@ -22,6 +22,9 @@ Fields of an entry:
 ``layout``     (spec, scheduled PrimFunc) -> the weight layout it reads (a JSON dict for the
                manifest and ``prepare(layout=...)``), None for the format's own
 ``intrinsics`` registers the tensor intrinsics its schedules (and stored records) name
+``verify_gpu_code`` MetaSchedule drops candidates past the target's limits (VerifyGPUCode);
+               False for a compute that plans its own launch: the fp16 kernel takes dynamic
+               shared memory past the 48 KB that TVM's check allows (TVM opts the kernel in)
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class Variant:
     population: int | None = None
     dynamic_loops: bool = False
     intrinsics: Callable[[], None] | None = None
+    verify_gpu_code: bool = True
 
     def build_compute(self, spec: KernelSpec):
         """The unscheduled PrimFunc of ``spec``, with the tensor intrinsics its schedules name
@@ -183,6 +187,11 @@ def _bcq_compute_cuda(spec):
 #: of 512 spends most of a tuning run lowering candidates for the cost model on large layers.
 CPU_CATEGORICAL_POPULATION = 64
 
+#: A space of one schedule (the fp16 kernel's: its compute fixes the split) is measured once;
+#: MetaSchedule's default population of 512 would apply its long trace hundreds of times
+#: looking for other points (minutes a kernel) before it gave up.
+ONE_SCHEDULE_POPULATION = 1
+
 #: Every variant, in the order :func:`choose` tries them per (family, target class).
 VARIANTS: tuple[Variant, ...] = (
     Variant("uniform_cpu", "uniform", "cpu", fit=_float_activations,
@@ -200,7 +209,8 @@ VARIANTS: tuple[Variant, ...] = (
             compute=uniform_mma_f16.uniform_compute_cuda_mma_f16,
             space=cuda_uniform_mma_f16.design_space,
             heuristic=cuda_uniform_mma_f16.heuristic_schedule, mutator="categorical",
-            layout=_uniform_mma_f16),
+            population=ONE_SCHEDULE_POPULATION, layout=_uniform_mma_f16,
+            verify_gpu_code=False),
     Variant("uniform_cuda", "uniform", "cuda", fit=_float_activations,
             compute=uniform_compute_cuda, space=cuda_uniform.design_space,
             heuristic=cuda_uniform.heuristic_schedule, mutator="categorical",

@@ -5,7 +5,9 @@ no tuning.
 A pack is a :mod:`tuning_db.transfer` JSON lines file whose header also carries a ``"pack"``
 object: its name, the target (as ``qcompile targets`` names it), the device model its records
 were measured on, when and by which qcompile it was made. Its records keep their provenance and
-seals. Nothing in a pack is trusted for being shipped: its lines are validated like any import
+seals; its workloads carry their spec, target and the TensorIR's structural hash, not the
+TensorIR itself (the reader rebuilds it from the spec, as it does for any import). Nothing in a
+pack is trusted for being shipped: its lines are validated like any import
 (:mod:`qcompile.trust.records`), and a build times a pack's records on its own machine before
 it believes their latency (:mod:`qcompile.trust.choice`), once; the measurement it stores, sealed
 with the host's key, serves every later build.
@@ -174,6 +176,10 @@ def write_pack(storage: Storage, path: str | Path, *, name: str, target_label,
             if selected(line):
                 if line["type"] == "record":
                     line["origin"] = f"pack {name}"
+                if line["type"] == "workload":
+                    # the reader rebuilds the TensorIR from the spec and checks its hash
+                    # (qcompile.trust.records); the text would be megabytes a kernel on GPUs
+                    del line["mod_json"]
                 yield line
 
     header = {PACK_KEY: {"name": name, "target": labels[0], "device_model": models[0],

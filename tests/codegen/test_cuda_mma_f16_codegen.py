@@ -339,3 +339,28 @@ def test_tuning_can_estimate_the_compute(bits, dtype, m):
     spec = UniformSpec(k=1024, n=512, m=m, bits=bits, dtype=dtype)
     mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     assert _tvm.tvm.s_tir.analysis.estimate_tir_flops(mod) > 0
+
+
+@pytest.mark.slow
+def test_the_search_keeps_the_one_schedule_whose_ring_passes_48_kb(monkeypatch):
+    """MetaSchedule's VerifyGPUCode counts all shared memory against the target's 48 KB, so it
+    dropped the kernel's only schedule wherever the ring is padded past 48 KB (TVM opts such
+    kernels into more): tuning such a spec measured nothing and stored no record. The variant's
+    search leaves that check out and samples its one point once."""
+    from qcompile.kernels.uniform import compute_cuda_mma_f16 as kernel_module
+    from schedules import search_strategy, space_generator
+
+    monkeypatch.setattr(kernel_module, "SMS", 4)  # three blocks an SM, as 4096x12288 on 132
+    spec = UniformSpec(k=4096, n=384, m=1, bits=4, dtype="float16")
+    assert stages(spec) and ring_words(spec) * 4 > 48 * 1024
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
+    strategy = search_strategy(spec, "cuda")
+    assert strategy.population_size == 1
+    context = _tvm.ms.TuneContext(mod=mod, target=TARGET,
+                                  space_generator=space_generator(spec, "cuda", HW),
+                                  search_strategy=strategy, task_name="ring", num_threads=1)
+    (space,) = context.space_generator.generate_design_space(mod)
+    assert all(postproc.apply(space) for postproc in context.space_generator.postprocs)
+    verify = _tvm.ms.postproc.VerifyGPUCode()
+    verify._initialize_with_tune_context(context)
+    assert not verify.apply(space)  # what the search did with it before

@@ -7,6 +7,7 @@ Kernels are untuned (``on_missing="untuned"``: the design spaces' seeded decisio
 once for the module: models are module fixtures, and layers of one spec share their kernel.
 """
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ import qcompile.gptq
 import targets
 from qcompile import hf
 from qcompile.cli import main
-from qcompile.errors import NoRecordError
+from qcompile.errors import NoRecordError, UsageError
 from qcompile.nn import QuantLinear
 from qcompile.testing.kernels import relative_error
 
@@ -173,6 +174,31 @@ def test_activation_kinds(tiny, reference, kind):
                          prefill_rows=2)
     for length in (1, 9):
         assert error(model, reference, PROMPT[:length]) < TOLERANCE[kind], length
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_a_quantized_lm_head(tiny, reference, bits):
+    """lm_head_bits rounds the (here tied) lm_head at load and runs it on a kernel: the logits
+    are the reference's with that rounded head, as exact as the layers; the embeddings keep
+    their dense weight; ``tune --from-gptq --lm-head-bits`` names the same kernel."""
+    model = hf.from_gptq(tiny, db=DB, lm_head_bits=bits)
+    assert isinstance(model.lm_head, QuantLinear) and model.lm_head.bits == bits
+    rounded = copy.deepcopy(reference)
+    head = hf.lm_head_layer(reference.lm_head.weight, bits).tensors.dequantize()  # [K, N]
+    rounded.lm_head = torch.nn.Linear(128, 64, bias=False, dtype=torch.float64)
+    rounded.lm_head.weight.data = torch.from_numpy(head.T).double()
+    for length in (1, 9):
+        assert error(model, rounded, PROMPT[:length]) < TOLERANCE["float32"], length
+    assert error(model, reference, PROMPT) > TOLERANCE["float32"]  # the head is rounded
+    assert torch.equal(model.model.embed_tokens.weight.double(),
+                       reference.model.embed_tokens.weight)
+    assert model.lm_head.spec(m=1) == qcompile.gptq.lm_head_spec(tiny, bits, 1, "float32")
+    assert f"--lm-head-bits {bits}" in model.qcompile.command
+
+
+def test_a_quantized_lm_head_takes_8_or_4_bits(tiny):
+    with pytest.raises(UsageError, match=r"lm_head_bits must be one of \(4, 8\); got 3"):
+        hf.from_gptq(tiny, db=DB, lm_head_bits=3)
 
 
 def test_a_missing_record_is_one_error_with_the_one_command(tiny, fused, tmp_path):

@@ -146,10 +146,25 @@ def test_a_tampered_pack_is_refused_in_one_line(packed, tmp_path):
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.so"))
 
 
-def test_the_shipped_packs_are_valid_packs():
-    for pack in shipped_packs():
+def test_the_shipped_packs_are_valid_packs(tmp_path):
+    """Each shipped pack imports as a build reads it: every workload rebuilt from its spec with
+    this qcompile's TensorIR (same structural hash) and every record's trace replayed on it, so
+    a kernel change that leaves a pack stale fails here, not in a user's build."""
+    from qcompile.trust.records import store_lines
+    from tuning_db import Storage, transfer
+
+    packs = shipped_packs()
+    assert {pack.target.split()[0] for pack in packs} >= {"avx2", "cuda"}
+    for pack in packs:
         assert pack.workloads == pack.records > 0, pack.name
         assert pack.target and pack.device_model, pack.name
+        storage = Storage(f"sqlite:///{tmp_path / pack.name}.sqlite")
+        try:
+            count = store_lines(storage, transfer.read_jsonl(pack.path), origin=pack.name,
+                                source=str(pack.path))
+        finally:
+            storage.close()
+        assert (count.workloads, count.records) == (pack.workloads, pack.records), pack.name
 
 
 def test_the_kernel_cache_of_models_builds_from_the_packs(packed, monkeypatch):
@@ -167,3 +182,12 @@ def test_the_kernel_cache_of_models_builds_from_the_packs(packed, monkeypatch):
     assert cache.best_record(spec) is not None
     with pytest.raises(NoRecordError, match="no tuned record"):
         cache.get(UniformSpec(k=512, n=256))  # not in the pack
+
+
+def test_a_pack_carries_the_tensorirs_hash_not_its_text(packed):
+    """The reader rebuilds each workload's TensorIR from its spec and checks the hash, so a pack
+    leaves the text out (megabytes a workload for the GPU kernels)."""
+    _, pack = packed
+    workloads = [json.loads(line) for line in pack.read_text().splitlines()[1:]
+                 if json.loads(line)["type"] == "workload"]
+    assert workloads and all("mod_json" not in w and w["mod_hash"] for w in workloads)

@@ -56,9 +56,11 @@ class Engine:
     setup_s: float = 0.0
 
 
-def qcompile_model(directory, target: str, dtype: str, batches, db: str | None):
+def qcompile_model(directory, target: str, dtype: str, batches, db: str | None,
+                   lm_head_bits: int | None = None):
     """Our model, with kernels for every decode batch of ``batches`` (and M = 16, the prompt's
-    chunks) resolved up front; returns (model, detail)."""
+    chunks) resolved up front, its lm_head rounded to ``lm_head_bits`` if given; returns
+    (model, detail)."""
     import warnings
 
     from qcompile import hf
@@ -66,10 +68,11 @@ def qcompile_model(directory, target: str, dtype: str, batches, db: str | None):
     with warnings.catch_warnings():  # the report below says which kernels are untuned
         warnings.simplefilter("ignore")
         model = hf.from_gptq(directory, target=target, dtype=dtype, db=db,
-                             batch_sizes=sorted(set(batches)))
+                             batch_sizes=sorted(set(batches)), lm_head_bits=lm_head_bits)
     report = model.qcompile
     detail = (f"{report.specs} kernel specs on {target} ({len(report.untuned)} untuned), "
-              f"kernel rows {list(report.kernel_rows)}, q/k/v and gate/up fused")
+              f"kernel rows {list(report.kernel_rows)}, q/k/v and gate/up fused"
+              + (f", {lm_head_bits}-bit lm_head" if lm_head_bits else ""))
     return model, detail
 
 

@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--llama-cpp", default="Q4_K_M,Q4_0", metavar="TYPES",
                         help="llama.cpp types to quantize the GGUF to and run with llama-bench "
                              "(comma-separated; 'none' for no llama.cpp peer)")
+    parser.add_argument("--lm-head-bits", type=int, choices=(4, 8), default=None,
+                        help="our model's lm_head quantized at load (qcompile.hf's "
+                             "lm_head_bits; llama.cpp's Q4_K_M keeps it in 6 bits)")
     parser.add_argument("--json", metavar="PATH")
 
 
@@ -84,11 +87,13 @@ def main(args) -> int:
     torch.set_num_threads(preset.hardware().cores)
     directory = checkpoint(args)
     ours = hf.from_gptq(directory, target=args.target, db=args.db,
-                        batch_sizes=[b for b in args.batches if b <= 16])
+                        batch_sizes=[b for b in args.batches if b <= 16],
+                        lm_head_bits=args.lm_head_bits)
     engines = {"qcompile": ours, "transformers_fp32": hf.dequantized(directory, torch.float32)}
     report = ours.qcompile
+    head = f"{args.lm_head_bits}-bit" if args.lm_head_bits else "float32"
     print(f"{directory} on {preset.name}: {report.specs} kernel specs, "
-          f"{len(report.untuned)} untuned; {args.rounds} rounds", flush=True)
+          f"{len(report.untuned)} untuned, {head} lm_head; {args.rounds} rounds", flush=True)
     vocabulary = ours.config.vocab_size
     generator = torch.Generator().manual_seed(0)
 

@@ -78,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-dir", default="/tmp/qcompile-model-gpu",
                         help="where the random checkpoints are written (and reused)")
     parser.add_argument("--db", default=None, help="tuning database URL")
+    parser.add_argument("--lm-head-bits", type=int, choices=(4, 8), default=None,
+                        help="our model's lm_head quantized at load (qcompile.hf's "
+                             "lm_head_bits; the peers keep theirs in fp16)")
     parser.add_argument("--budget-s", type=float, default=330,
                         help="skip optional phases that would end past this many seconds")
     parser.add_argument("--json", metavar="PATH")
@@ -337,7 +340,7 @@ def build_engines(args, directory, bits: int, dtype: str, target: str, device, c
         try:
             if name == "qcompile":
                 model, detail = models.qcompile_model(directory, target, dtype, args.batches,
-                                                      args.db)
+                                                      args.db, args.lm_head_bits)
                 engine = models.Engine("qcompile", model, dtype, detail)
             elif name == "transformers":
                 model = models.dense_model(directory, getattr(torch, dtype), device)

@@ -2,8 +2,10 @@
 default generator, same workload, budget, seed, builder, runner and cost model.
 
 guided
-    our space (schedules/cpu/uniform.py): eq. 4 micro-kernels as sketches, the tiled weight
-    layout, knobs seeded by eq. 5 (``schedules.space_generator``).
+    our space: on CPUs (schedules/cpu/uniform.py) eq. 4 micro-kernels as sketches, the tiled
+    weight layout, knobs seeded by eq. 5; on CUDA (schedules/cuda/uniform.py, float32 x: the
+    variant with a space to search) the GEMV's block shape, K split and unroll as knobs around
+    the heuristic point (``schedules.space_generator``).
 default
     ``PostOrderApply`` with MetaSchedule's own rules, postprocessors and mutators for the target
     (multi-level tiling, parallelize/vectorize/unroll, random compute location...).
@@ -18,6 +20,7 @@ default needs t_d trials to reach that same latency (or never does); it holds if
 
     python tools/studies/search_efficiency.py --shape 4096x4096 --trials 64 \\
         --json se.json --plot se.png
+    python tools/studies/search_efficiency.py --target cuda --shape 4096x11008 ...   # on a GPU
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from qcompile.kernels import UniformSpec, get_family
 from qcompile.measure import MeasurePolicy
 from schedules import search_strategy, space_generator
 from schedules.variants import compute_for
+from targets.host import usable_cores
 
 FAMILY = get_family("uniform")
 
@@ -90,12 +94,14 @@ def tune_curve(spec, preset, generator, trials: int, seed: int, per_iter: int) -
         space = _tvm.ms.space_generator.PostOrderApply()
         strategy = "evolutionary"  # MetaSchedule's defaults, sized for its large space
     curve = Curve()
-    policy = MeasurePolicy(build_workers=hw.cores)
+    # builds use every core here; a CPU kernel runs on the target's cores (TVM_NUM_THREADS)
+    cores = getattr(hw, "cores", None) or usable_cores()
+    policy = MeasurePolicy(build_workers=usable_cores())
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"qcompile-se-{generator}-") as work_dir:
         context = _tvm.ms.TuneContext(
             mod=mod, target=target, space_generator=space, search_strategy=strategy,
-            task_name=f"{spec.name()}-{generator}", rand_state=seed, num_threads=hw.cores,
+            task_name=f"{spec.name()}-{generator}", rand_state=seed, num_threads=cores,
             logger=_tvm.ms.logging.get_logger(f"qcompile.se.{generator}"),
         ).clone()
         _tvm.ms.tune.tune_tasks(
@@ -159,7 +165,7 @@ def plot(result: dict, path: str) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--target", default="avx2", choices=["avx2", "avx512"])
+    parser.add_argument("--target", default="avx2", choices=["avx2", "avx512", "cuda"])
     parser.add_argument("--shape", type=parse_shape, default=parse_shape("4096x4096"))
     parser.add_argument("--bits", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=128)
@@ -168,7 +174,13 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--plot", metavar="PATH")
+    parser.add_argument("--replot", metavar="JSON", help="only plot a --json of an earlier run "
+                        "(a GPU machine without matplotlib writes the JSON; plot it here)")
     args = parser.parse_args(argv)
+    if args.replot:
+        plot(json.loads(Path(args.replot).read_text()), args.plot or
+             str(Path(args.replot).with_suffix(".png")))
+        return 0
 
     preset = targets.get(args.target)
     _tvm.quiet_meta_schedule()
