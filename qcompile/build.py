@@ -167,7 +167,8 @@ def _measure_plans(plans: list[_Plan], preset, hw, target, layers: Layers, seale
     """Time what each plan's choice will ask for (trust.choice.to_time), all plans in one
     batch per measuring setup (a family's operand maker), and store the measurements.
     Returns each plan's results in the order its choice asks for them."""
-    policy = policy or MeasurePolicy(build_workers=getattr(hw, "cores", None) or 2)
+    policy = policy or MeasurePolicy.for_target(
+        preset.kind, build_workers=getattr(hw, "cores", None) or 2)
     batches: dict[object, list[tuple[int, Candidate]]] = {}  # operand maker -> (plan, claim)
     for index, plan in enumerate(plans):
         timed = to_time(plan.candidates)

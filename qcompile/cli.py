@@ -167,9 +167,9 @@ def measure_policy(args: argparse.Namespace):
     if args.rpc_tracker is None:
         return None
     host, port = args.rpc_tracker
-    return MeasurePolicy(build_workers=usable_cores(),
-                         remote=RemoteDevices(host, port, args.rpc_key,
-                                              session_timeout_s=args.rpc_timeout))
+    remote = RemoteDevices(host, port, args.rpc_key, session_timeout_s=args.rpc_timeout)
+    return MeasurePolicy.for_target(targets.get(args.target).kind,
+                                    build_workers=usable_cores(), remote=remote)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -217,8 +217,10 @@ def tune_checkpoint(args: argparse.Namespace) -> int:
     specs = [spec for m in args.batch
              for spec in gptq.distinct_specs(layers, m=m, dtype=args.dtype, int8_activations=int8)]
     if args.lm_head_bits is not None:  # the quantized lm_head of qcompile generate
-        specs += [gptq.lm_head_spec(args.from_gptq, args.lm_head_bits, m, args.dtype)
-                  for m in args.batch]
+        heads = [gptq.lm_head_spec(args.from_gptq, args.lm_head_bits, m, args.dtype)
+                 for m in args.batch]
+        specs = [(s, names + ["lm_head"] if s in heads else names) for s, names in specs]
+        specs += [(head, ["lm_head"]) for head in heads if head not in {s for s, _ in specs}]
     print(f"{args.from_gptq}: {count}, {len(specs)} distinct kernel specs "
           f"(M={','.join(map(str, args.batch))}, {args.dtype})", flush=True)
     policy = measure_policy(args)

@@ -207,7 +207,7 @@ def _tune(spec: KernelSpec, preset, trials: int, storage: Storage | None, seed: 
     # The search and the builds run on this host's cores, whatever cores the kernel is made
     # for (a GPU's, an RPC server's, or a CPU target of fewer cores: QCOMPILE_HW="cores=2").
     cores = usable_cores()
-    policy = policy or MeasurePolicy(build_workers=cores)
+    policy = policy or MeasurePolicy.for_target(preset.kind, build_workers=cores)
     measured_on = ""
     if device is not None:
         provenance, device_model = remote_provenance(device), device.device_model
@@ -478,7 +478,7 @@ def _tune_together(tuned: list, preset, target, hw, trials: int, seed: int,
     """One MetaSchedule job over ``tuned`` [(spec, weight, module, view)]: the gradient task
     scheduler, records stored through each spec's view."""
     cores = usable_cores()  # the search and the builds: this host's cores (as in tune)
-    policy = MeasurePolicy(build_workers=cores)
+    policy = MeasurePolicy.for_target(preset.kind, build_workers=cores)
     progress.set_total(trials)
     for _, _, mod, view in tuned:
         view.register(mod)  # our errors (a read-only database), before MetaSchedule's FFI

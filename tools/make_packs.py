@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
                         "target's: float32 on CPUs, float16 on GPUs)")
     parser.add_argument("--tag", help="the device's name in pack names (default: its model's)")
     parser.add_argument("--out-dir", type=Path, default=SHIPPED)
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bar (on stderr) while a layer set tunes")
     args = parser.parse_args(argv)
 
     import targets
@@ -80,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                 started = time.monotonic()
                 summary = tune_layer_set(specs, [1.0] * len(specs), preset,
                                          trials=args.trials * len(specs),
-                                         layers=Layers.single(Storage(url)), progress=False)
+                                         layers=Layers.single(Storage(url)),
+                                         progress=not args.quiet)
                 print("\n".join(summary.lines()), flush=True)
                 out = args.out_dir / f"{name}.jsonl"
                 subprocess.run([_sys.executable, "-m", "qcompile.cli", "db", "export", "--db",

@@ -3,6 +3,7 @@ TensorIR compute definition, and the conversion of checkpoint tensors into kerne
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, fields
@@ -68,6 +69,13 @@ def check_buffer_sizes(buffers: dict[str, tuple[int, ...]]) -> None:
                             "int32, so no kernel of this size compiles")
 
 
+@functools.lru_cache(maxsize=4096)
+def _digest(spec: KernelSpec, compute_version: int, schema: int) -> str:
+    payload = {"schema": schema, "compute_version": compute_version, **spec.to_dict()}
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """Base class of kernel specs: frozen dataclasses validated in ``__post_init__``.
@@ -92,14 +100,10 @@ class KernelSpec:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     def digest(self) -> str:
-        """sha256 over the sorted JSON of the fields, the compute version and the schema version."""
-        payload = {
-            "schema": SPEC_SCHEMA_VERSION,
-            "compute_version": self.compute_version,
-            **self.to_dict(),
-        }
-        text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+        """sha256 over the sorted JSON of the fields, the compute version and the schema version
+        (computed once per spec: every kernel call checks it, and JSON plus sha256 cost about
+        50 µs, a tenth of a small CPU GEMV)."""
+        return _digest(self, self.compute_version, SPEC_SCHEMA_VERSION)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> KernelSpec:

@@ -77,7 +77,8 @@ def verify(storage: Storage, *, name: str | None = None, family: str | None = No
             meter = LoadMeter()
             results = measure_modules(
                 [database.replay(mod, c.record) for c in candidates], tvm_target,
-                policy or MeasurePolicy(build_workers=getattr(hw, "cores", None) or 2),
+                policy or MeasurePolicy.for_target(
+                    preset.kind, build_workers=getattr(hw, "cores", None) or 2),
                 family_of(spec).measure_arguments(spec))
             load = meter.lap()
             timed = [(c, m) for c, m in zip(candidates, results, strict=True) if m.run_secs]

@@ -8,7 +8,10 @@ written as a GPTQ checkpoint by ``qcompile.hf.write_gptq`` (``--checkpoint DIR``
 the next run). Per round, each engine in turn:
 
     decode    B sequences (--batches) of a short prompt, then --decode-tokens greedy tokens:
-              new tokens after the first, all sequences, per second
+              new tokens after the first, all sequences, per second; through ``generate()``
+              (its loop, masks and stopping checks included), and through a bare loop over a
+              static KV cache (tools/harness/decode.py: a forward and an argmax a step, as
+              llama-bench decodes), the ``loop`` figures
     prefill   one prompt of --prompt tokens, one new token: prompt tokens per second
 
 Both engines are checked first: the same greedy tokens for a short prompt. Kernels come from
@@ -106,6 +109,7 @@ def main(args) -> int:
     same = torch.equal(*tokens.values())
     print(f"greedy tokens agree: {same}", flush=True)
     decode = {(name, b): [] for name in engines for b in args.batches}
+    loop = {(name, b): [] for name in engines for b in args.batches}
     prefill = {name: [] for name in engines}
     for _ in range(args.rounds):
         for batch in args.batches:
@@ -114,6 +118,7 @@ def main(args) -> int:
                 run = hf.generate(model, ids, args.decode_tokens,
                                   min_new_tokens=args.decode_tokens)
                 decode[(name, batch)].append(run.decode_tokens_per_s)
+                loop[(name, batch)].append(loop_tokens_per_s(model, ids, args.decode_tokens))
         ids = prompt(1, args.prompt)
         for name, model in engines.items():
             prefill[name].append(hf.generate(model, ids, 1).prefill_tokens_per_s)
@@ -124,7 +129,8 @@ def main(args) -> int:
     rows = []
     for batch in args.batches:
         row = {"phase": "decode", "batch": batch, **{
-            f"{name}_tokens_per_s": median(decode[(name, batch)]) for name in engines}}
+            f"{name}_tokens_per_s": median(decode[(name, batch)]) for name in engines}, **{
+            f"{name}_loop_tokens_per_s": median(loop[(name, batch)]) for name in engines}}
         rows.append(row)
     rows.append({"phase": "prefill", "prompt": args.prompt, **{
         f"{name}_tokens_per_s": median(prefill[name]) for name in engines}})
@@ -134,6 +140,9 @@ def main(args) -> int:
                 tokens_per_s = figures[f"{row['phase']}_tokens_per_s"]
                 row[f"llama_cpp_{kind}_tokens_per_s"] = tokens_per_s
                 row[f"qcompile_over_llama_cpp_{kind}"] = row["qcompile_tokens_per_s"] / tokens_per_s
+                if row["phase"] == "decode":
+                    row[f"qcompile_loop_over_llama_cpp_{kind}"] = (
+                        row["qcompile_loop_tokens_per_s"] / tokens_per_s)
     for row in rows:
         row["qcompile_over_transformers"] = (row["qcompile_tokens_per_s"]
                                              / row["transformers_fp32_tokens_per_s"])
@@ -146,6 +155,14 @@ def main(args) -> int:
                   f"(ours {row[f'qcompile_over_llama_cpp_{kind}']:.2f}x)"
                   for kind in peer.get("types", {}) if f"llama_cpp_{kind}_tokens_per_s" in row),
               flush=True)
+    for row in rows:
+        if row["phase"] == "decode":
+            print(f"  decode B={row['batch']:3d} loop    qcompile "
+                  f"{row['qcompile_loop_tokens_per_s']:9.1f} tokens/s   transformers fp32 "
+                  f"{row['transformers_fp32_loop_tokens_per_s']:9.1f} tokens/s" + "".join(
+                      f"   (ours {row[f'qcompile_loop_over_llama_cpp_{kind}']:.2f}x "
+                      f"llama.cpp {kind})" for kind in peer.get("types", {})
+                      if f"qcompile_loop_over_llama_cpp_{kind}" in row), flush=True)
     if "unavailable" in peer:
         print(f"  llama.cpp: {peer['unavailable']}", flush=True)
     if args.json:
@@ -158,6 +175,17 @@ def main(args) -> int:
                       load_average=list(os.getloadavg()))
         print(f"wrote {results.write(args.json, result)}")
     return 0
+
+
+def loop_tokens_per_s(model, prompt, steps: int) -> float:
+    """Tokens/s of ``prompt``'s B sequences decoded ``steps`` greedy steps by a bare loop over
+    a static KV cache (:class:`tools.harness.decode.Decoder`), after two untimed steps."""
+    from tools.harness import decode
+
+    decoder = decode.Decoder(model, prompt.shape[0], prompt.shape[1] + steps + 2)
+    decoder.prefill(prompt)
+    decoder.warm()
+    return prompt.shape[0] / decoder.seconds_per_step(steps)
 
 
 def kernel_share(model, vocabulary: int, tokens: int) -> dict:

@@ -96,7 +96,7 @@ def tune_curve(spec, preset, generator, trials: int, seed: int, per_iter: int) -
     curve = Curve()
     # builds use every core here; a CPU kernel runs on the target's cores (TVM_NUM_THREADS)
     cores = getattr(hw, "cores", None) or usable_cores()
-    policy = MeasurePolicy(build_workers=usable_cores())
+    policy = MeasurePolicy.for_target(preset.kind, build_workers=usable_cores())
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"qcompile-se-{generator}-") as work_dir:
         context = _tvm.ms.TuneContext(
