@@ -46,7 +46,6 @@ from qcompile.nn import (
     MAX_KERNEL_ROWS,
     PREFILL_ROWS,
     QuantLinear,
-    kernel_cache,
     replace_linear,
     row_plan,
 )
@@ -126,9 +125,9 @@ def from_gptq(path: str | Path, target: str = "avx2", db: str | None = None, *,
     replace_linear(model, run_layers, target=target, db=db, on_missing=on_missing,
                    tune_trials=tune_trials, int8_activations=int8_activations)
     _load_dense_tensors(model, directory, set(layers), _DTYPES[dtype])
-    if lm_head_bits is not None:
-        quantize_lm_head(model, lm_head_bits, kernel_cache(target, db, on_missing, tune_trials),
-                         checkpoint=str(directory))
+    if lm_head_bits is not None:  # on the kernel cache the layers already use
+        kernels = next(m.kernels for m in model.modules() if isinstance(m, QuantLinear))
+        quantize_lm_head(model, lm_head_bits, kernels, checkpoint=str(directory))
     device = torch.device("cpu")
     for module in model.modules():
         if isinstance(module, QuantLinear):

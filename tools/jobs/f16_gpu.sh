@@ -23,6 +23,7 @@
 # Writes under $OUT: <step>.json (and sweep.png), <step>.log, steps.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source tools/jobs/steps.sh
 out=${OUT:-/tmp/f16-gpu-out}
 mkdir -p "$out"
 export PYTHONPATH=/tmp/tvmsite:$PWD:/tmp/site
@@ -61,8 +62,7 @@ for step in "${steps[@]}"; do
       echo "f16_gpu.sh: unknown step $step (tests, sweep, low-bits, splits, stages)" >&2; exit 2 ;;
   esac
   rc=$?
-  echo "f16_gpu.sh: $step exited $rc after $((SECONDS - start)) s" | tee -a "$out/steps.log"
-  tail -3 "$out/$step.log"
+  report_step f16_gpu.sh "$step" "$rc" "$start" "$out"
   [ "$rc" -ne 0 ] && status=$rc
 done
 exit $status

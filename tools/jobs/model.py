@@ -31,6 +31,7 @@ import argparse
 import os
 from pathlib import Path
 
+from qcompile.gptq import LM_HEAD_BITS
 from tools.harness import cli, results
 from tools.harness.cpu_timing import median
 from tools.harness.random_gptq import MODELS
@@ -53,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--llama-cpp", default="Q4_K_M,Q4_0", metavar="TYPES",
                         help="llama.cpp types to quantize the GGUF to and run with llama-bench "
                              "(comma-separated; 'none' for no llama.cpp peer)")
-    parser.add_argument("--lm-head-bits", type=int, choices=(4, 8), default=None,
+    parser.add_argument("--lm-head-bits", type=int, choices=LM_HEAD_BITS, default=None,
                         help="our model's lm_head quantized at load (qcompile.hf's "
                              "lm_head_bits; llama.cpp's Q4_K_M keeps it in 6 bits)")
     parser.add_argument("--json", metavar="PATH")

@@ -42,6 +42,7 @@ import gc
 import time
 from pathlib import Path
 
+from qcompile.gptq import LM_HEAD_BITS
 from tools.harness import cli, decode, models, random_gptq, results
 
 ENGINES = ("qcompile", "transformers", "humming")
@@ -78,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-dir", default="/tmp/qcompile-model-gpu",
                         help="where the random checkpoints are written (and reused)")
     parser.add_argument("--db", default=None, help="tuning database URL")
-    parser.add_argument("--lm-head-bits", type=int, choices=(4, 8), default=None,
+    parser.add_argument("--lm-head-bits", type=int, choices=LM_HEAD_BITS, default=None,
                         help="our model's lm_head quantized at load (qcompile.hf's "
                              "lm_head_bits; the peers keep theirs in fp16)")
     parser.add_argument("--budget-s", type=float, default=330,

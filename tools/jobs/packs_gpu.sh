@@ -24,6 +24,7 @@
 # Writes under $OUT: packs/*.jsonl, <step>.log, se_cuda.json, steps.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source tools/jobs/steps.sh
 out=${OUT:-/tmp/packs-gpu-out}
 mkdir -p "$out/packs"
 export PYTHONPATH=/tmp/tvmsite:$PWD
@@ -66,8 +67,7 @@ for step in "$@"; do
       echo "packs_gpu.sh: unknown step $step (cuda-packs, avx512-packs, se-cuda)" >&2; exit 2 ;;
   esac
   rc=$?
-  echo "packs_gpu.sh: $step exited $rc after $((SECONDS - start)) s" | tee -a "$out/steps.log"
-  tail -3 "$out/$step.log"
+  report_step packs_gpu.sh "$step" "$rc" "$start" "$out"
   [ "$rc" -ne 0 ] && status=$rc
 done
 exit $status
