@@ -344,7 +344,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     preset = targets.get(args.target)
     require_build_host(preset, args.for_another_host)  # before TVM loads
     check_output_dir(args.out)
-    layers = open_layers(args, packs=True)
+    layers = open_layers(args, packs=True, names=[spec.name() for spec in specs])
     from qcompile.build import build_set  # loads TVM (seconds)
 
     sources = {}  # where a record may come from -> how to say it

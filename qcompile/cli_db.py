@@ -53,16 +53,18 @@ def add_layer_arguments(parser: argparse.ArgumentParser) -> None:
                              "$XDG_CACHE_HOME defaulting to ~/.cache)")
 
 
-def open_layers(args: argparse.Namespace, *, packs: bool = False):
+def open_layers(args: argparse.Namespace, *, packs: bool = False, names=None):
     """The shared database of ``--db`` (or $QCOMPILE_DB) layered over the local one; with
-    ``packs``, the shipped record packs below both (read-only; ``$QCOMPILE_PACKS=0``: none)."""
+    ``packs``, the shipped record packs below both (read-only; ``$QCOMPILE_PACKS=0``: none),
+    those holding one of the workloads ``names`` where given."""
     from tuning_db.layers import open_layers as _open
 
     layers = _open(args.db, readonly=getattr(args, "db_readonly", False))
     if packs:
         from qcompile.trust.packs import pack_layer
 
-        shipped = pack_layer(preset=targets.get(args.target))  # this target's packs only
+        # this target's packs only, and of those the ones holding a workload the command needs
+        shipped = pack_layer(preset=targets.get(args.target), names=names)
         if shipped is not None:
             layers.readers.append(shipped)
             layers.packs = shipped

@@ -18,7 +18,8 @@ Fields of an entry:
                MutateTileSize)
 ``population`` the evolutionary search's population (None: MetaSchedule's defaults)
 ``dynamic_loops`` the compute has loops with data-dependent bounds (the mixed family's CSR
-               outliers), so DisallowDynamicLoop must not drop its candidates
+               outliers; the fp16 kernel's uneven K slices, whose length depends on the
+               block), so DisallowDynamicLoop must not drop its candidates
 ``layout``     (spec, scheduled PrimFunc) -> the weight layout it reads (a JSON dict for the
                manifest and ``prepare(layout=...)``), None for the format's own
 ``intrinsics`` registers the tensor intrinsics its schedules (and stored records) name
@@ -210,7 +211,7 @@ VARIANTS: tuple[Variant, ...] = (
             space=cuda_uniform_mma_f16.design_space,
             heuristic=cuda_uniform_mma_f16.heuristic_schedule, mutator="categorical",
             population=ONE_SCHEDULE_POPULATION, layout=_uniform_mma_f16,
-            verify_gpu_code=False),
+            dynamic_loops=True, verify_gpu_code=False),
     Variant("uniform_cuda", "uniform", "cuda", fit=_float_activations,
             compute=uniform_compute_cuda, space=cuda_uniform.design_space,
             heuristic=cuda_uniform.heuristic_schedule, mutator="categorical",

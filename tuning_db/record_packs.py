@@ -118,6 +118,14 @@ def pack_files(directory: str | Path = SHIPPED_DIR, *,
                   if target is None or header["target"] == target)
 
 
+def pack_workload_names(path: str | Path) -> set[str]:
+    """The names of the workloads a pack holds (``uniform_b4_g128_k4096_n4096_m1_f32``), from
+    its workload lines; nothing is validated here."""
+    return {line["name"] for _, line in transfer.read_jsonl(path)
+            if isinstance(line, dict) and line.get("type") == "workload"
+            and isinstance(line.get("name"), str)}
+
+
 def shipped_packs(directory: str | Path = SHIPPED_DIR) -> list[PackInfo]:
     """Every pack in ``directory`` (default the shipped ones), by name, lines counted."""
     return [read_pack_info(path) for _, path in pack_files(directory)]

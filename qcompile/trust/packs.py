@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import targets
 from qcompile.trust.records import store_lines
 from tuning_db import transfer
-from tuning_db.record_packs import SHIPPED_DIR, pack_files
+from tuning_db.record_packs import SHIPPED_DIR, pack_files, pack_workload_names
 from tuning_db.storage import Storage
 from tuning_db.url import cache_dir
 
@@ -35,16 +36,21 @@ def packs_dir() -> Path:
     return Path(os.environ.get(PACKS_DIR_ENV) or SHIPPED_DIR)
 
 
-def pack_layer(directory: str | Path | None = None, *, preset=None) -> Storage | None:
+def pack_layer(directory: str | Path | None = None, *, preset=None,
+               names: Iterable[str] | None = None) -> Storage | None:
     """A read-only :class:`Storage` holding every pack of ``directory`` (default
-    :func:`packs_dir`) made for ``preset``'s target on this host (None: every pack), validated;
-    None when there are none or ``$QCOMPILE_PACKS`` is 0. (A build validates only its target's
-    packs: the first build in a fresh cache pays for them.)"""
+    :func:`packs_dir`) made for ``preset``'s target on this host (None: every pack) that holds
+    one of the workloads ``names`` (None: any), validated; None when there are none or
+    ``$QCOMPILE_PACKS`` is 0. (A build validates only the packs it can use: the first build in
+    a fresh cache pays for them.)"""
     if not packs_enabled():
         return None
     target = None if preset is None else targets.preset_label(
         preset.tvm_target(preset.hardware()))
     packs = pack_files(directory or packs_dir(), target=target)  # headers only: every build
+    if names is not None:
+        wanted = set(names)
+        packs = [(name, pack) for name, pack in packs if wanted & pack_workload_names(pack)]
     if not packs:
         return None
     digest = hashlib.sha256()

@@ -364,3 +364,21 @@ def test_the_search_keeps_the_one_schedule_whose_ring_passes_48_kb(monkeypatch):
     verify = _tvm.ms.postproc.VerifyGPUCode()
     verify._initialize_with_tune_context(context)
     assert not verify.apply(space)  # what the search did with it before
+
+
+@pytest.mark.slow
+def test_the_search_keeps_the_one_schedule_with_uneven_k_slices():
+    """Where K's groups do not divide evenly among a column's blocks, a block's K loop is
+    bounded by its block index; MetaSchedule's DisallowDynamicLoop dropped that kernel's only
+    schedule (Llama-2-70B's 8192x8192 at M = 1 tuned to no record). The variant leaves that
+    check out."""
+    from schedules import space_generator
+
+    spec = UniformSpec(k=8192, n=8192, m=1, bits=4, dtype="float16")
+    mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
+    context = _tvm.ms.TuneContext(mod=mod, target=TARGET,
+                                  space_generator=space_generator(spec, "cuda", HW),
+                                  task_name="uneven", num_threads=1)
+    (space,) = context.space_generator.generate_design_space(mod)
+    assert all(postproc.apply(space) for postproc in context.space_generator.postprocs)
+    assert not _tvm.ms.postproc.DisallowDynamicLoop().apply(space)  # what the search did

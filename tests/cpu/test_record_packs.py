@@ -118,6 +118,24 @@ def test_a_build_reads_only_its_targets_packs(packed, tmp_path, monkeypatch):
     assert pack_layer(packs, preset=targets.get("avx2")) is not None
 
 
+def test_a_build_validates_only_the_packs_holding_its_workloads(packed, tmp_path,
+                                                                monkeypatch):
+    """A fresh cache's first build pays for the packs it can use, not for every model's."""
+    from qcompile.kernels import UniformSpec
+    from qcompile.trust.packs import pack_layer
+
+    packs, _ = packed
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("QCOMPILE_PACKS", "1")
+    k, n = (int(v) for v in SHAPE.split("x"))
+    other = UniformSpec(k=k, n=n, bits=3).name()  # in no pack
+    assert pack_layer(packs, preset=targets.get("avx2"), names=[other]) is None
+    assert not (tmp_path / "cache" / "qcompile" / "packs").exists()
+    wanted = UniformSpec(k=k, n=n).name()
+    layer = pack_layer(packs, preset=targets.get("avx2"), names=[other, wanted])
+    assert layer is not None and wanted in {w.name for w in layer.workloads()}
+
+
 def test_without_packs_the_build_asks_for_a_tune(packed, tmp_path):
     packs, _ = packed
     built = run(["build", "--target", "avx2", "--shape", SHAPE, "--out", str(tmp_path / "out")],

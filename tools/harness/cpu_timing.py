@@ -18,6 +18,9 @@ from collections.abc import Callable
 
 WARMUP_CALLS = 3
 BLOCK_SECONDS = 0.03
+#: Bytes of weight copies a cold call rotates through, at least: past the EPYC's 32 MB L3
+#: six times over (a host with a larger L3 rotates through three times its size).
+COLD_BYTES = 200e6
 
 
 def time_calls(fn: Callable[[], object], calls: int, warmup: int = WARMUP_CALLS) -> float:
@@ -56,3 +59,23 @@ def median(values) -> float:
 def paired_ratio(samples: dict[str, list[float]], name: str, base: str) -> float:
     """Median over rounds of ``name``'s time over ``base``'s in the same round."""
     return statistics.median(a / b for a, b in zip(samples[name], samples[base], strict=True))
+
+
+def rotating(calls: list[Callable[[], object]]) -> Callable[[], object]:
+    """One call that runs ``calls`` in turn, each on its own copy of the weights: with enough
+    copies (:func:`copies_for`) every call reads its weights from DRAM, as a model's layers
+    do, where calling one copy again and again times them from the cache."""
+    turn = iter(range(1 << 62))
+
+    def call():
+        return calls[next(turn) % len(calls)]()
+
+    return call
+
+
+def copies_for(nbytes: int) -> int:
+    """How many copies of ``nbytes`` of weights :func:`rotating` needs to read from DRAM:
+    ``COLD_BYTES`` or three times this host's L3, whichever is more."""
+    from targets.host import detected_cache_bytes
+
+    return max(2, int(max(COLD_BYTES, 3 * (detected_cache_bytes(3) or 0)) // nbytes))

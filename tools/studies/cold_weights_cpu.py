@@ -25,9 +25,6 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads (docs/model.md)
 
-#: Bytes of weight copies the cold calls rotate through: past the EPYC's 32 MB L3.
-COLD_BYTES = 200e6
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -45,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from qcompile.build import build_untuned
     from qcompile.kernels import UniformSpec, get_family
     from qcompile.testing.kernels import relative_error
-    from tools.harness.cpu_timing import interleaved, median
+    from tools.harness.cpu_timing import copies_for, interleaved, median, rotating
 
     preset = targets.get(args.target)
     torch.set_num_threads(preset.hardware().cores)
@@ -65,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                    "untuned": qcompile.load(build_untuned(spec, preset,
                                                           scratch / f"{shape}-untuned").so_path)}
         nbytes = family.bytes_read(spec)
-        copies = max(2, int(COLD_BYTES // nbytes))
+        copies = copies_for(nbytes)
         runners = {}
         for name, kernel in kernels.items():
             prepared = [kernel.prepare(**tensors) for _ in range(copies)]
@@ -76,12 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"{shape} {name}: max relative error {error:.1e}")
             runners[f"{name} hot"] = (lambda f=kernel.function, w=prepared[0].tensors, x=x,
                                       y=y: f(x, *w, y))
-            turn = iter(range(1 << 62))
-
-            def cold(f=kernel.function, every=prepared, x=x, y=y, turn=turn):
-                f(x, *every[next(turn) % len(every)].tensors, y)
-
-            runners[f"{name} cold"] = cold
+            runners[f"{name} cold"] = rotating(
+                [lambda f=kernel.function, w=p.tensors, x=x, y=y: f(x, *w, y) for p in prepared])
         seconds = interleaved(runners, args.rounds)
         print(f"{shape} ({nbytes / 1e6:.1f} MB, {copies} copies cold): " + ", ".join(
             f"{name} {median(v) * 1e6:.0f} us ({nbytes / median(v) / 1e9:.1f} GB/s)"

@@ -9,8 +9,9 @@ is shared between them or with the user's cache:
 2. ``qcompile tune`` of each shape with the pack's budget (``--trials``, 32), packs off, then
    ``qcompile build`` from that database;
 3. both sets of libraries loaded in this process, each output checked against the float64
-   product first, then timed in interleaved rounds (tools/harness/cpu_timing.py): medians and
-   the pack's time over the fresh one's, paired by round.
+   product first, then timed in interleaved rounds (tools/harness/cpu_timing.py) hot (one copy
+   of the weights, from the cache where it fits) and cold (copies rotated past the L3, as a
+   model reads them): medians and the pack's time over the fresh one's, paired by round.
 
     python tools/studies/pack_build.py --trials 32 --rounds 15 --json out.json
 """
@@ -83,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"build from the pack (fresh cache, 0 trials): {pack_wall:.1f} s; fresh tune "
           f"({args.trials} trials a shape): {tune_wall:.1f} s, then build {fresh_build_wall:.1f} s")
     for row in rows:
-        print(f"{row['shape']:>12}: pack {row['pack_us']:.1f} us, fresh {row['fresh_us']:.1f} us, "
-              f"pack / fresh {row['pack_over_fresh']:.3f}")
+        print(f"{row['shape']:>12}: " + "; ".join(
+            f"{heat} pack {row[f'pack_{heat}_us']:.1f} us, fresh {row[f'fresh_{heat}_us']:.1f} us,"
+            f" pack / fresh {row[f'pack_over_fresh_{heat}']:.3f}" for heat in ("hot", "cold")))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     return 0
@@ -108,20 +110,26 @@ def time_both(shapes: list[str], pack_dir: Path, fresh_dir: Path, rounds: int) -
         tensors = family.example_tensors(spec, np.random.default_rng(k + n))
         x = torch.randn(1, k, generator=torch.Generator().manual_seed(k))
         reference = family.reference(spec, x.double().numpy(), **tensors)
+        copies = cpu_timing.copies_for(family.bytes_read(spec))
         runners = {}
         for label, directory in (("pack", pack_dir), ("fresh", fresh_dir)):
             kernel = qcompile.load(directory / f"{spec.name()}.so")
-            weights = kernel.prepare(**tensors)
-            got = kernel(x, weights).double().numpy()
+            prepared = [kernel.prepare(**tensors) for _ in range(copies)]
+            got = kernel(x, prepared[0]).double().numpy()
             error = float(np.abs(got - reference).max() / np.abs(reference).max())
             if not error <= 1e-4:
                 raise SystemExit(f"{label} {spec.name()}: max relative error {error:.2e}")
-            runners[label] = lambda kernel=kernel, weights=weights, x=x: kernel(x, weights)
+            calls = [lambda kernel=kernel, w=w, x=x: kernel(x, w) for w in prepared]
+            runners[f"{label} hot"] = calls[0]
+            runners[f"{label} cold"] = cpu_timing.rotating(calls)
         samples = cpu_timing.interleaved(runners, rounds)
-        rows.append({"shape": shape, "spec": spec.name(),
-                     "pack_us": cpu_timing.median(samples["pack"]) * 1e6,
-                     "fresh_us": cpu_timing.median(samples["fresh"]) * 1e6,
-                     "pack_over_fresh": cpu_timing.paired_ratio(samples, "pack", "fresh")})
+        row = {"shape": shape, "spec": spec.name(), "cold_copies": copies}
+        for heat in ("hot", "cold"):
+            row[f"pack_{heat}_us"] = cpu_timing.median(samples[f"pack {heat}"]) * 1e6
+            row[f"fresh_{heat}_us"] = cpu_timing.median(samples[f"fresh {heat}"]) * 1e6
+            row[f"pack_over_fresh_{heat}"] = cpu_timing.paired_ratio(
+                samples, f"pack {heat}", f"fresh {heat}")
+        rows.append(row)
     return rows
 
 
