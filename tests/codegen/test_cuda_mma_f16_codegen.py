@@ -341,7 +341,6 @@ def test_tuning_can_estimate_the_compute(bits, dtype, m):
     assert _tvm.tvm.s_tir.analysis.estimate_tir_flops(mod) > 0
 
 
-@pytest.mark.slow
 def test_the_search_keeps_the_one_schedule_whose_ring_passes_48_kb(monkeypatch):
     """MetaSchedule's VerifyGPUCode counts all shared memory against the target's 48 KB, so it
     dropped the kernel's only schedule wherever the ring is padded past 48 KB (TVM opts such
@@ -356,9 +355,9 @@ def test_the_search_keeps_the_one_schedule_whose_ring_passes_48_kb(monkeypatch):
     mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
     strategy = search_strategy(spec, "cuda")
     assert strategy.population_size == 1
-    context = _tvm.ms.TuneContext(mod=mod, target=TARGET,
-                                  space_generator=space_generator(spec, "cuda", HW),
-                                  search_strategy=strategy, task_name="ring", num_threads=1)
+    context = _tvm.tune_context(mod=mod, target=TARGET,
+                                space_generator=space_generator(spec, "cuda", HW),
+                                search_strategy=strategy, task_name="ring", num_threads=1)
     (space,) = context.space_generator.generate_design_space(mod)
     assert all(postproc.apply(space) for postproc in context.space_generator.postprocs)
     verify = _tvm.ms.postproc.VerifyGPUCode()
@@ -366,7 +365,6 @@ def test_the_search_keeps_the_one_schedule_whose_ring_passes_48_kb(monkeypatch):
     assert not verify.apply(space)  # what the search did with it before
 
 
-@pytest.mark.slow
 def test_the_search_keeps_the_one_schedule_with_uneven_k_slices():
     """Where K's groups do not divide evenly among a column's blocks, a block's K loop is
     bounded by its block index; MetaSchedule's DisallowDynamicLoop dropped that kernel's only
@@ -376,9 +374,9 @@ def test_the_search_keeps_the_one_schedule_with_uneven_k_slices():
 
     spec = UniformSpec(k=8192, n=8192, m=1, bits=4, dtype="float16")
     mod = _tvm.normalize_mod(compute_for(spec, "cuda"))
-    context = _tvm.ms.TuneContext(mod=mod, target=TARGET,
-                                  space_generator=space_generator(spec, "cuda", HW),
-                                  task_name="uneven", num_threads=1)
+    context = _tvm.tune_context(mod=mod, target=TARGET,
+                                space_generator=space_generator(spec, "cuda", HW),
+                                task_name="uneven", num_threads=1)
     (space,) = context.space_generator.generate_design_space(mod)
     assert all(postproc.apply(space) for postproc in context.space_generator.postprocs)
     assert not _tvm.ms.postproc.DisallowDynamicLoop().apply(space)  # what the search did
