@@ -19,9 +19,9 @@
 # empty cache and no tuning, and logs its wall time (build-<target>.log); FRESH_BUILD=0 skips it.
 # $TIMEOUT (s, default 560) bounds each make_packs; a pack is written when it is tuned, so a
 # step cut short leaves the packs it finished (the packs logs are appended to: run a step again
-# for the models and batch sizes it did not reach). The two packs steps can run side by side on disjoint cores
-# (taskset -c 0-7 ... avx512-packs & taskset -c 8-15 ... cuda-packs): each measures only while
-# its own builds wait.
+# for the models and batch sizes it did not reach). The two packs steps can run side by side on
+# disjoint cores (taskset -c 0-7 ... avx512-packs & taskset -c 8-15 ... cuda-packs): each
+# measures only while its own builds wait.
 # Writes under $OUT: packs/*.jsonl, <step>.log, se_cuda.json, steps.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
