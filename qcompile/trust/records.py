@@ -65,6 +65,10 @@ class ImportRefused(RecordRefused):
         super().__init__(message)
         self.problems = problems
 
+    def __reduce__(self):
+        # rebuilt from both arguments when it crosses a process pool (a parallel build's)
+        return type(self), (self.args[0], self.problems)
+
 
 @dataclass(frozen=True)
 class CheckedWorkload:

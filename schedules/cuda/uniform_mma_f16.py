@@ -9,7 +9,7 @@ block's threads. The compute fixes the lane structure and the split
 from __future__ import annotations
 
 from qcompile._tvm import Schedule
-from qcompile.kernels.uniform.compute_cuda_mma_f16 import check_spec
+from qcompile.kernels.uniform.compute_cuda_mma_f16 import check_spec, partial_scope
 from qcompile.kernels.uniform.spec import UniformSpec
 from schedules.loops import loops_below
 from targets.hardware import GpuHardware
@@ -28,7 +28,7 @@ def sketch(sch: Schedule, spec: UniformSpec, hw: GpuHardware, fixed: dict | None
     sch.bind(block, "blockIdx.x")
     sch.bind(warp, "threadIdx.y")
     sch.bind(lane, "threadIdx.x")
-    sch.set_scope(gemm, 0, "shared")
+    sch.set_scope(gemm, 0, partial_scope(spec))
     k_sum = sch.get_sblock("k_sum")
     sch.reverse_compute_at(k_sum, block, preserve_unit_loops=True)
     fused = sch.fuse(*loops_below(sch, k_sum, block)[:-1])

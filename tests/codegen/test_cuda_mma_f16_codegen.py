@@ -27,6 +27,7 @@ from qcompile.kernels.uniform.compute_cuda_mma_f16 import (
     check_spec,
     code_position,
     k_split,
+    partial_scope,
     register_plan,
     resident_warps,
     ring_words,
@@ -124,20 +125,39 @@ def test_unit_slices_cover_the_units_once():
 def test_words_are_staged_where_a_warp_has_units_to_keep_in_flight():
     """One tile of rows stages 3 units of words in shared memory when the split leaves a
     warp at least 4 units; two tiles, and slices of 2 or 3 units, keep register buffers. The
-    ring passes 48 KB wherever the block's shared memory does (TVM raises the kernel's limit
-    only for dynamic allocations that large)."""
+    ring holds every warp's stages (declared past 48 KB where the block passes it: see
+    ``ring_words``)."""
     def spec(k, n, m):
         return UniformSpec(k=k, n=n, m=m, dtype="float16")
 
     assert [stages(spec(8192, 28672, m)) for m in (1, 8, 9, 16)] == [3, 3, 0, 0]
     assert stages(spec(4096, 12288, 1)) == 3                      # 32 units, 8 warps: 4 each
     assert stages(spec(4096, 4096, 1)) == stages(spec(3584, 8192, 1)) == 0   # 2 and 3 each
-    for k, n in [(4096, 12288), (28672, 8192), (8192, 28672)]:
+    for k, n in [(4096, 12288), (28672, 8192), (8192, 28672), (8192, 14336)]:
         s = spec(k, n, 1)
         ring = k_split(s) * stages(s) * 32 * 2 * 8 * 4               # 4 bits: 2 tiles x 8 words
         total = ring + k_split(s) * 8 * 32 * 4
         assert ring_words(s) * 4 == (max(ring, 48 * 1024 + 128) if total > 48 * 1024
                                      else ring)
+
+
+@pytest.mark.parametrize(("k", "n", "scope"), [(8192, 14336, "shared.dyn"),
+                                               (4096, 12288, "shared"), (8192, 28672, "shared")])
+def test_a_block_past_48_kb_keeps_all_its_shared_memory_dynamic(k, n, scope):
+    """CUDA refused to launch the 8192x14336 kernel (Llama-70B's up shard at TP = 2) while its
+    43008-byte dynamic ring sat beside 7168 bytes of static partial sums: a block past 48 KB
+    that TVM did not opt in, since it raises the limit only for a dynamic allocation that
+    large. There the sums are dynamic too, one allocation that reuses the ring after a
+    barrier; a ring of 48 KB or more (4096x12288), or a block under 48 KB, keeps them static."""
+    spec = UniformSpec(k=k, n=n, m=1, dtype="float16")
+    assert partial_scope(spec) == scope
+    source = cuda_source(spec)
+    shared = [line.strip() for line in source.splitlines() if "__shared__" in line]
+    assert shared[0].startswith("extern __shared__")
+    assert len(shared) == (1 if scope == "shared.dyn" else 2), shared
+    if scope == "shared.dyn":
+        body = source[source.index("extern __shared__"):]
+        assert "__syncthreads" in body[:body.index("((float*)")]  # the sums wait for every warp
 
 
 @pytest.mark.parametrize("m,bits,dtype", [(16, 4, "float16"), (1, 4, "bfloat16"),
@@ -343,9 +363,9 @@ def test_tuning_can_estimate_the_compute(bits, dtype, m):
 
 def test_the_search_keeps_the_one_schedule_whose_ring_passes_48_kb(monkeypatch):
     """MetaSchedule's VerifyGPUCode counts all shared memory against the target's 48 KB, so it
-    dropped the kernel's only schedule wherever the ring is padded past 48 KB (TVM opts such
-    kernels into more): tuning such a spec measured nothing and stored no record. The variant's
-    search leaves that check out and samples its one point once."""
+    dropped the kernel's only schedule wherever a ring of 48 KB or more (which TVM opts into
+    more) took the block past it: tuning such a spec measured nothing and stored no record.
+    The variant's search leaves that check out and samples its one point once."""
     from qcompile.kernels.uniform import compute_cuda_mma_f16 as kernel_module
     from schedules import search_strategy, space_generator
 

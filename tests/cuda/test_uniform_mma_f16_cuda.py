@@ -55,10 +55,12 @@ def test_untuned_kernels(tmp_path, k, n, m, bits, group_size, dtype):
 
 @pytest.mark.parametrize(("k", "n", "m", "bits", "group_size", "dtype"), [
     (8192, 28672, 8, 2, 128, "float16"), (28672, 8192, 1, 3, 64, "bfloat16"),
-    (8192, 8192, 4, 8, 128, "float16"), (4096, 12288, 1, 4, 32, "float16")])
+    (8192, 8192, 4, 8, 128, "float16"), (4096, 12288, 1, 4, 32, "float16"),
+    (8192, 14336, 1, 4, 128, "float16")])
 def test_staged_kernels(monkeypatch, tmp_path, k, n, m, bits, group_size, dtype):
-    """Words staged in shared memory by cp.async (uneven slices at 8192x8192, a ring padded
-    past 48 KB at 4096x12288): each unit waited for before it is read. 2- and 3-bit codes keep
+    """Words staged in shared memory by cp.async (uneven slices at 8192x8192, a ring of 48 KB
+    at 4096x12288, a ring under 48 KB whose block passed it with the partial sums at
+    8192x14336): each unit waited for before it is read. 2- and 3-bit codes keep
     register buffers by default; their staged kernels (the split study's) are checked too."""
     from qcompile.kernels.uniform import compute_cuda_mma_f16 as kernel_module
 

@@ -4,6 +4,7 @@ store it in one transaction: a single bad line refuses the whole import, with a 
 import copy
 import json
 import math
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -162,6 +163,9 @@ def test_one_bad_line_refuses_the_whole_import_with_a_report(tmp_path, export_li
     assert problems[0].startswith("in.jsonl:3: line: not a JSON object")
     assert "in.jsonl:5" in problems[1] and "run times" in problems[1]
     assert "unknown line type 'mystery'" in problems[2]
+    # the report survives a process pool's pickling (a parallel build reads packs)
+    rebuilt = pickle.loads(pickle.dumps(caught.value))
+    assert str(rebuilt) == str(caught.value) and rebuilt.problems == problems
     # and the clean file goes in whole
     assert records.import_file(storage, _write(tmp_path, export_lines)).records == 4
 
