@@ -21,12 +21,8 @@ import argparse
 import json
 import os
 import statistics
-import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads (docs/model.md)
-
-FLUSH_CALLS = 15  # one call after each flush, as MeasurePolicy.for_target("cpu") times
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -41,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     import qcompile
     from qcompile import _tvm
     from qcompile.kernels import get_family
-    from tools.harness.cpu_timing import copies_for
+    from qcompile.measure import COLD_REPEATS
+    from qcompile.testing.kernels import relative_error
+    from tools.harness.cpu_timing import copies_for, rotating, time_calls
 
     kernels = [qcompile.load(path) for path in args.libraries]
     spec = kernels[0].spec
@@ -59,28 +57,26 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for path, kernel in zip(args.libraries, kernels, strict=True):
         weights = kernel.prepare(**tensors)
-        got = kernel(x, weights).double().numpy()
-        error = float(np.abs(got - reference).max() / np.abs(reference).max())
+        error = relative_error(kernel(x, weights), reference)
         if error > 1e-4:
             raise SystemExit(f"{path}: max relative error {error:.1e} against float64, over 1e-4")
         nbytes = sum(t.numel() * t.element_size() for t in weights.tensors)
         copies = [kernel.prepare(**tensors) for _ in range(copies_for(nbytes))]
+        cold = rotating([lambda w=w, kernel=kernel: kernel(x, w) for w in copies])
         module = _tvm.tvm.runtime.load_module(path)
         operands = [_tvm.tvm.runtime.from_dlpack(t) for t in
                     (x, *weights.tensors, torch.empty(spec.m, spec.n))]
         flushed = module.time_evaluator(spec.name(), _tvm.tvm.cpu(), number=1,
-                                        repeat=FLUSH_CALLS, min_repeat_ms=0,
+                                        repeat=COLD_REPEATS, min_repeat_ms=0,
                                         f_preproc="cache_flush_cpu_non_first_arg")
         hot = module.time_evaluator(spec.name(), _tvm.tvm.cpu(), number=10, repeat=3)
-        runs.append({"library": path, "copies": copies, "flushed": flushed, "hot": hot,
-                     "operands": operands, "us": {"flush": [], "rotation": [], "hot": []}})
+        runs.append({"library": path, "copies": len(copies), "cold": cold, "flushed": flushed,
+                     "hot": hot, "operands": operands,
+                     "us": {"flush": [], "rotation": [], "hot": []}})
 
     for _ in range(args.rounds):
-        for run, kernel in zip(runs, kernels, strict=True):
-            start = time.perf_counter()
-            for weights in run["copies"]:
-                kernel(x, weights)
-            run["us"]["rotation"].append((time.perf_counter() - start) / len(run["copies"]) * 1e6)
+        for run in runs:
+            run["us"]["rotation"].append(time_calls(run["cold"], run["copies"]) * 1e6)
             run["us"]["flush"].append(
                 statistics.median(run["flushed"](*run["operands"]).results) * 1e6)
             run["us"]["hot"].append(statistics.median(run["hot"](*run["operands"]).results) * 1e6)
@@ -88,12 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for run in runs:
         medians = {way: statistics.median(values) for way, values in run["us"].items()}
-        rows.append({"library": run["library"], "copies": len(run["copies"]),
+        rows.append({"library": run["library"], "copies": run["copies"],
                      **{f"{way}_us": value for way, value in medians.items()},
                      "samples_us": run["us"]})
         print(f"{run['library']}: flush {medians['flush']:.0f} us, rotation "
               f"{medians['rotation']:.0f} us, hot {medians['hot']:.0f} us "
-              f"({len(run['copies'])} copies)")
+              f"({run['copies']} copies)")
     for way in ("flush", "rotation", "hot"):
         print(f"first / second, {way}: {rows[0][way + '_us'] / rows[1][way + '_us']:.3f}")
     if args.json:

@@ -218,7 +218,7 @@ def ring_words(spec: UniformSpec) -> int:
     such blocks launchable); it stays because the shipped record packs' workloads hash this
     TensorIR."""
     ring = ring_bytes(spec)
-    if ring and ring + k_split(spec) * partial_bytes(spec) > 48 * 1024:
+    if ring and block_shared_bytes(spec) > 48 * 1024:
         ring = max(ring, 48 * 1024 + 128)
     return ring // 4
 
@@ -228,6 +228,11 @@ def ring_bytes(spec: UniformSpec) -> int:
     return k_split(spec) * stages(spec) * stage_bytes(spec)
 
 
+def block_shared_bytes(spec: UniformSpec) -> int:
+    """Shared memory a block uses: its ring and every warp's partial sums, side by side."""
+    return ring_bytes(spec) + k_split(spec) * partial_bytes(spec)
+
+
 def partial_scope(spec: UniformSpec) -> str:
     """Where the block's partial sums live: static ``"shared"``, or ``"shared.dyn"`` where a
     static array beside a dynamic ring under 48 KB would take the block past 48 KB. TVM raises
@@ -235,7 +240,7 @@ def partial_scope(spec: UniformSpec) -> str:
     to launch such a block (8192x14336 at M = 1: a 43008-byte ring and 7168 bytes of sums).
     Dynamic, the sums merge into the ring's allocation and reuse it after a barrier."""
     ring = ring_bytes(spec)
-    if ring and ring < 48 * 1024 and ring + k_split(spec) * partial_bytes(spec) > 48 * 1024:
+    if ring and ring < 48 * 1024 < block_shared_bytes(spec):
         return "shared.dyn"
     return "shared"
 
